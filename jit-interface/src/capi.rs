@@ -1,0 +1,420 @@
+//! The C API (`include/jit_interface.h`, generated from this file by cbindgen).
+//!
+//! Every entry point catches panics and reports errors through [`jit_last_error`]; pointers
+//! and enum values coming from C are checked before use, so bad input is an error, never
+//! undefined behaviour. Enum-typed values are received as `uint32_t` (a C caller may pass any
+//! integer) and the header declares them with the enum names (see `cbindgen.toml`).
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::Error;
+use crate::model::{
+    BaseType, CfaBase, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
+};
+use crate::registry::{register, Format, Registration};
+
+/// An object under construction: a batch of functions that becomes one debugger entry.
+pub struct jit_object {
+    inner: JitObject,
+}
+
+/// A registered object; `jit_unregister` removes it from the debugger and frees it.
+pub struct jit_registration {
+    _registration: Registration,
+}
+
+/// Payload format: `JIT_FORMAT_COMPACT` (0) or `JIT_FORMAT_ELF` (1).
+pub type jit_format = u32;
+/// Base of the CFA in an unwind row: `JIT_CFA_SP` (0) or `JIT_CFA_FP` (1).
+pub type jit_cfa_base = u32;
+/// `JIT_VAR_PARAMETER` (0) or `JIT_VAR_LOCAL` (1).
+pub type jit_var_kind = u32;
+/// `JIT_TYPE_I8` (0) ... `JIT_TYPE_POINTER` (10), in the order i8 i16 i32 i64 u8 u16 u32 u64
+/// f32 f64 pointer.
+pub type jit_base_type = u32;
+/// `JIT_LOC_REGISTER` (0, value = DWARF register number) or `JIT_LOC_FRAME_OFFSET`
+/// (1, value = offset from the frame pointer).
+pub type jit_location_kind = u32;
+
+/// One line row: from code offset `offset` on, source line `line`.
+#[repr(C)]
+pub struct jit_line {
+    pub offset: u32,
+    pub line: u32,
+}
+
+/// One frame-description row: from code offset `offset` on, CFA = base + `cfa_offset`; the
+/// caller's frame pointer is saved at CFA + `fp_offset` (0 = not saved).
+#[repr(C)]
+pub struct jit_unwind_row {
+    pub offset: u32,
+    pub cfa_base: jit_cfa_base,
+    pub cfa_offset: i32,
+    pub fp_offset: i32,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(msg: String) {
+    let c = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
+    LAST_ERROR.with(|e| *e.borrow_mut() = c);
+}
+
+/// Runs `f`, turning an error or a panic into `fallback` plus a message for `jit_last_error`.
+fn guard<T>(fallback: T, f: impl FnOnce() -> Result<T, Error>) -> T {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(e)) => {
+            set_error(e.to_string());
+            fallback
+        }
+        Err(_) => {
+            set_error("internal error (panic) in jit-interface; please report it".into());
+            fallback
+        }
+    }
+}
+
+fn text<'a>(p: *const c_char, what: &'static str) -> Result<&'a str, Error> {
+    if p.is_null() {
+        return Err(Error::NullPointer(what));
+    }
+    // SAFETY: non-null and, per the API contract, a NUL-terminated string valid for the call.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map_err(|_| {
+        Error::BadName(format!(
+            "the {what} is not valid UTF-8: {}",
+            s.to_string_lossy()
+        ))
+    })
+}
+
+fn object<'a>(obj: *mut jit_object) -> Result<&'a mut JitObject, Error> {
+    if obj.is_null() {
+        return Err(Error::NullPointer("obj"));
+    }
+    // SAFETY: non-null and, per the API contract, a live object from `jit_object_new` that no
+    // other thread uses during the call.
+    Ok(unsafe { &mut (*obj).inner })
+}
+
+fn slice<'a, T>(p: *const T, n: usize, what: &'static str) -> Result<&'a [T], Error> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(Error::NullPointer(what));
+    }
+    // SAFETY: non-null and, per the API contract, pointing to `n` valid elements.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+fn function_index(f: i32) -> Result<usize, Error> {
+    usize::try_from(f).map_err(|_| Error::NoSuchFunction(f as usize))
+}
+
+/// Creates an empty object for the host architecture.
+#[no_mangle]
+pub extern "C" fn jit_object_new() -> *mut jit_object {
+    guard(std::ptr::null_mut(), || {
+        Ok(Box::into_raw(Box::new(jit_object {
+            inner: JitObject::new(),
+        })))
+    })
+}
+
+/// Discards an object that was not registered. NULL is ignored.
+///
+/// # Safety
+/// `obj` is NULL or came from `jit_object_new` and was neither freed nor registered.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_free(obj: *mut jit_object) {
+    guard((), || {
+        if !obj.is_null() {
+            // SAFETY: per the contract, `obj` is an owned, live object.
+            drop(unsafe { Box::from_raw(obj) });
+        }
+        Ok(())
+    })
+}
+
+/// Adds a function `[start, start + size)`; returns its index, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_function(
+    obj: *mut jit_object,
+    name: *const c_char,
+    start: u64,
+    size: u64,
+) -> i32 {
+    guard(-1, || {
+        let o = object(obj)?;
+        let name = text(name, "name")?;
+        let i = o.add_function(name, start, size)?;
+        i32::try_from(i)
+            .map_err(|_| Error::TooLarge("more than 2^31 functions in one object".into()))
+    })
+}
+
+/// Sets the source file and line rows of function `fn`. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `file` is a NUL-terminated string; `rows` points to `n`
+/// rows (may be NULL when `n` is 0).
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_set_lines(
+    obj: *mut jit_object,
+    r#fn: i32,
+    file: *const c_char,
+    rows: *const jit_line,
+    n: usize,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let file = text(file, "file")?;
+        let rows: Vec<LineRow> = slice(rows, n, "rows")?
+            .iter()
+            .map(|r| LineRow {
+                offset: r.offset,
+                line: r.line,
+            })
+            .collect();
+        o.set_lines(function_index(r#fn)?, file, &rows)?;
+        Ok(0)
+    })
+}
+
+/// Sets explicit unwind rows for function `fn`. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `rows` points to `n` rows.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_set_unwind(
+    obj: *mut jit_object,
+    r#fn: i32,
+    rows: *const jit_unwind_row,
+    n: usize,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let mut out = Vec::with_capacity(n.min(1 << 16));
+        for (i, r) in slice(rows, n, "rows")?.iter().enumerate() {
+            let cfa_base = match r.cfa_base {
+                0 => CfaBase::Sp,
+                1 => CfaBase::Fp,
+                v => return Err(Error::BadRows {
+                    function: format!("#{}", r#fn),
+                    why: format!(
+                        "unwind row {i}: cfa_base {v} is neither JIT_CFA_SP (0) nor JIT_CFA_FP (1)"
+                    ),
+                }),
+            };
+            out.push(UnwindRow {
+                offset: r.offset,
+                cfa_base,
+                cfa_offset: r.cfa_offset,
+                fp_offset: r.fp_offset,
+            });
+        }
+        o.set_unwind(function_index(r#fn)?, &out)?;
+        Ok(0)
+    })
+}
+
+/// Describes function `fn` as a standard frame-pointer function: `push_end` is the offset just
+/// after `push rbp`, `setup_end` just after `mov rbp, rsp`. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_set_frame_pointer(
+    obj: *mut jit_object,
+    r#fn: i32,
+    push_end: u32,
+    setup_end: u32,
+) -> c_int {
+    guard(-1, || {
+        object(obj)?.set_frame_pointer(function_index(r#fn)?, push_end, setup_end)?;
+        Ok(0)
+    })
+}
+
+/// Adds an epilogue to a frame-pointer function: `restore_end` just after `pop rbp` (or
+/// `leave`), `ret_end` just after its `ret`. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_epilogue(
+    obj: *mut jit_object,
+    r#fn: i32,
+    restore_end: u32,
+    ret_end: u32,
+) -> c_int {
+    guard(-1, || {
+        object(obj)?.add_epilogue(function_index(r#fn)?, restore_end, ret_end)?;
+        Ok(0)
+    })
+}
+
+/// Adds a named block (scope or inlined region) `[start, end)` (offsets) to function `fn`,
+/// inside block `parent` (-1: the function). Returns the block's index, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_block(
+    obj: *mut jit_object,
+    r#fn: i32,
+    name: *const c_char,
+    start: u32,
+    end: u32,
+    parent: i32,
+) -> i32 {
+    guard(-1, || {
+        let o = object(obj)?;
+        let name = text(name, "name")?;
+        let parent = if parent < 0 {
+            None
+        } else {
+            Some(parent as u32)
+        };
+        let b = o.add_block(function_index(r#fn)?, name, start, end, parent)?;
+        i32::try_from(b).map_err(|_| Error::TooLarge("more than 2^31 blocks".into()))
+    })
+}
+
+/// Adds a parameter or local to function `fn` (ELF payloads only). `value` is the DWARF
+/// register number for `JIT_LOC_REGISTER`, the frame-pointer offset for
+/// `JIT_LOC_FRAME_OFFSET`. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `name` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_variable(
+    obj: *mut jit_object,
+    r#fn: i32,
+    name: *const c_char,
+    kind: jit_var_kind,
+    r#type: jit_base_type,
+    location: jit_location_kind,
+    value: i32,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let name = text(name, "name")?;
+        let bad = |why: String| Error::BadVariable {
+            function: format!("#{}", r#fn),
+            why: format!("`{name}`: {why}"),
+        };
+        let kind = match kind {
+            0 => VariableKind::Parameter,
+            1 => VariableKind::Local,
+            v => {
+                return Err(bad(format!(
+                    "kind {v} is neither JIT_VAR_PARAMETER nor JIT_VAR_LOCAL"
+                )))
+            }
+        };
+        const TYPES: [BaseType; 11] = [
+            BaseType::I8,
+            BaseType::I16,
+            BaseType::I32,
+            BaseType::I64,
+            BaseType::U8,
+            BaseType::U16,
+            BaseType::U32,
+            BaseType::U64,
+            BaseType::F32,
+            BaseType::F64,
+            BaseType::Pointer,
+        ];
+        let ty = *TYPES
+            .get(r#type as usize)
+            .ok_or_else(|| bad(format!("type {} is not a jit_base_type", r#type)))?;
+        let location = match (location, u16::try_from(value)) {
+            (0, Ok(r)) => Location::Register(r),
+            (0, Err(_)) => {
+                return Err(bad(format!(
+                    "register number {value} is negative or too large"
+                )))
+            }
+            (1, _) => Location::FrameOffset(value),
+            (v, _) => return Err(bad(format!("location kind {v} is not a jit_location_kind"))),
+        };
+        o.add_variable(
+            function_index(r#fn)?,
+            Variable {
+                name: name.into(),
+                kind,
+                ty,
+                location,
+            },
+        )?;
+        Ok(0)
+    })
+}
+
+/// Encodes `obj` in `format` and registers it with the debugger. Always consumes `obj` (also on
+/// error). Returns a handle for `jit_unregister`, or NULL (see `jit_last_error`).
+///
+/// # Safety
+/// `obj` is NULL or came from `jit_object_new` and was neither freed nor registered.
+#[no_mangle]
+pub unsafe extern "C" fn jit_register(
+    obj: *mut jit_object,
+    format: jit_format,
+) -> *mut jit_registration {
+    guard(std::ptr::null_mut(), || {
+        if obj.is_null() {
+            return Err(Error::NullPointer("obj"));
+        }
+        // SAFETY: per the contract, `obj` is an owned, live object; we take it over.
+        let obj = unsafe { Box::from_raw(obj) };
+        let format = match format {
+            0 => Format::Compact,
+            1 => Format::Elf,
+            v => {
+                return Err(Error::Unsupported {
+                    format: "an unknown format",
+                    why: format!(
+                        "format {v} is neither JIT_FORMAT_COMPACT (0) nor JIT_FORMAT_ELF (1)"
+                    ),
+                })
+            }
+        };
+        let inner = register(&obj.inner, format)?;
+        Ok(Box::into_raw(Box::new(jit_registration {
+            _registration: inner,
+        })))
+    })
+}
+
+/// Unregisters: the debugger forgets the functions, and the payload is freed. NULL is ignored.
+///
+/// # Safety
+/// `reg` is NULL or came from `jit_register` and was not unregistered before.
+#[no_mangle]
+pub unsafe extern "C" fn jit_unregister(reg: *mut jit_registration) {
+    guard((), || {
+        if !reg.is_null() {
+            // SAFETY: per the contract, `reg` is an owned, live registration.
+            drop(unsafe { Box::from_raw(reg) });
+        }
+        Ok(())
+    })
+}
+
+/// Why the last failing call on this thread failed ("" if none has failed). The string stays
+/// valid until the next failing call on the same thread.
+#[no_mangle]
+pub extern "C" fn jit_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}

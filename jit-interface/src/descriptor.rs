@@ -1,0 +1,144 @@
+//! GDB's JIT descriptor and the list of code entries: the only place that touches them.
+//!
+//! The symbols themselves are defined (weakly) in `csrc/jit_descriptor.c`. All list
+//! operations of this library happen under [`LIST_LOCK`]. If another runtime in the process
+//! defines the symbols strongly (LLVM's GDB listener does), both runtimes append to the same
+//! list, each under its own lock: registrations from the two runtimes must then not run
+//! concurrently (the same restriction LLVM has with any other user of the interface).
+
+use std::ptr;
+use std::sync::Mutex;
+
+/// `jit_actions_t` of GDB's interface.
+const JIT_NOACTION: u32 = 0;
+const JIT_REGISTER_FN: u32 = 1;
+const JIT_UNREGISTER_FN: u32 = 2;
+
+/// `struct jit_code_entry` of GDB's interface.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct JitCodeEntry {
+    pub next_entry: *mut JitCodeEntry,
+    pub prev_entry: *mut JitCodeEntry,
+    pub symfile_addr: *const u8,
+    pub symfile_size: u64,
+}
+
+impl JitCodeEntry {
+    pub(crate) fn new(payload: &[u8]) -> JitCodeEntry {
+        JitCodeEntry {
+            next_entry: ptr::null_mut(),
+            prev_entry: ptr::null_mut(),
+            symfile_addr: payload.as_ptr(),
+            symfile_size: payload.len() as u64,
+        }
+    }
+}
+
+/// `struct jit_descriptor` of GDB's interface.
+#[repr(C)]
+pub(crate) struct JitDescriptor {
+    pub version: u32,
+    pub action_flag: u32,
+    pub relevant_entry: *mut JitCodeEntry,
+    pub first_entry: *mut JitCodeEntry,
+}
+
+extern "C" {
+    static mut __jit_debug_descriptor: JitDescriptor;
+    fn __jit_debug_register_code();
+    fn jit_interface_descriptor_address() -> *mut JitDescriptor;
+}
+
+/// Serialises this library's list operations and hook calls.
+static LIST_LOCK: Mutex<()> = Mutex::new(());
+
+/// Address of the descriptor the process uses (ours, or a strong definition that won).
+pub fn descriptor_address() -> usize {
+    // SAFETY: a plain C function without preconditions returning the address of a global.
+    unsafe { jit_interface_descriptor_address() as usize }
+}
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    // A panic while holding the lock cannot leave the list half-linked (no panicking code
+    // runs between the pointer writes), so a poisoned lock is still safe to use.
+    LIST_LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Links `entry` at the head of the list and notifies the debugger.
+///
+/// # Safety
+/// `entry` points to a valid entry that is in no list, whose payload stays valid and whose
+/// address stays stable until [`unlink`] has returned for it.
+pub(crate) unsafe fn link(entry: *mut JitCodeEntry) {
+    let _guard = lock();
+    // SAFETY: the descriptor is a process-wide global only modified under LIST_LOCK (by this
+    // library); `entry` and the list's entries are valid per this function's contract.
+    unsafe {
+        let d = ptr::addr_of_mut!(__jit_debug_descriptor);
+        let head = (*d).first_entry;
+        (*entry).prev_entry = ptr::null_mut();
+        (*entry).next_entry = head;
+        if !head.is_null() {
+            (*head).prev_entry = entry;
+        }
+        (*d).first_entry = entry;
+        notify(d, entry, JIT_REGISTER_FN);
+    }
+}
+
+/// Unlinks `entry` from the list and notifies the debugger. After it returns, the entry and
+/// its payload may be freed.
+///
+/// # Safety
+/// `entry` was linked with [`link`] and not unlinked since.
+pub(crate) unsafe fn unlink(entry: *mut JitCodeEntry) {
+    let _guard = lock();
+    // SAFETY: as in `link`; `entry` is in the list, so its neighbours are valid entries.
+    unsafe {
+        let d = ptr::addr_of_mut!(__jit_debug_descriptor);
+        let (prev, next) = ((*entry).prev_entry, (*entry).next_entry);
+        if prev.is_null() {
+            (*d).first_entry = next;
+        } else {
+            (*prev).next_entry = next;
+        }
+        if !next.is_null() {
+            (*next).prev_entry = prev;
+        }
+        // GDB reads the entry it is told about, so it stays intact until the hook returned.
+        notify(d, entry, JIT_UNREGISTER_FN);
+        (*entry).next_entry = ptr::null_mut();
+        (*entry).prev_entry = ptr::null_mut();
+    }
+}
+
+/// Calls the hook GDB breaks on, with `relevant_entry` set, then resets the descriptor.
+///
+/// # Safety
+/// Called with [`LIST_LOCK`] held and `d` the process descriptor.
+unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
+    // SAFETY: per the contract, `d` is valid and we hold the lock.
+    unsafe {
+        (*d).relevant_entry = entry;
+        (*d).action_flag = action;
+        __jit_debug_register_code();
+        (*d).action_flag = JIT_NOACTION;
+        (*d).relevant_entry = ptr::null_mut();
+    }
+}
+
+/// Number of entries in the list (all runtimes'), for tests and diagnostics.
+pub fn entry_count() -> usize {
+    let _guard = lock();
+    let mut n = 0;
+    // SAFETY: walking the list under the lock; every linked entry is valid while linked.
+    unsafe {
+        let mut e = (*ptr::addr_of!(__jit_debug_descriptor)).first_entry;
+        while !e.is_null() {
+            n += 1;
+            e = (*e).next_entry;
+        }
+    }
+    n
+}

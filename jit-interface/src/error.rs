@@ -1,0 +1,67 @@
+//! Errors of the registration API. Each says what was wrong with the input, in words a JIT
+//! author can act on.
+
+use std::fmt;
+
+/// Why a registration-API call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A function name is empty, contains a NUL byte or is not UTF-8 (C API).
+    BadName(String),
+    /// A function has size 0, or `start + size` overflows the address space.
+    EmptyOrOverflowingFunction { name: String, start: u64, size: u64 },
+    /// Two functions of one object share addresses.
+    Overlap { first: String, second: String },
+    /// A function index that this object does not have.
+    NoSuchFunction(usize),
+    /// Line rows, unwind rows or blocks that are out of order or outside their function.
+    BadRows { function: String, why: String },
+    /// A source file name that is empty or contains a NUL byte.
+    BadFileName(String),
+    /// A variable that cannot be described (bad name, location or type).
+    BadVariable { function: String, why: String },
+    /// The object cannot be encoded in the requested payload format.
+    Unsupported { format: &'static str, why: String },
+    /// An object with no function in it.
+    EmptyObject,
+    /// A NULL pointer was passed to the C API.
+    NullPointer(&'static str),
+    /// A limit of the payload format was exceeded.
+    TooLarge(String),
+    /// A perf output (map or jitdump) could not be written.
+    Io(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadName(why) => write!(f, "bad function name: {why}"),
+            Error::EmptyOrOverflowingFunction { name, start, size } => write!(
+                f,
+                "function `{name}` at {start:#x} has size {size}: a function needs at least one byte and must end below 2^64"
+            ),
+            Error::Overlap { first, second } => write!(
+                f,
+                "functions `{first}` and `{second}` overlap: functions of one object must not share addresses"
+            ),
+            Error::NoSuchFunction(i) => write!(f, "function index {i} does not exist in this object"),
+            Error::BadRows { function, why } => write!(f, "function `{function}`: {why}"),
+            Error::BadFileName(why) => write!(f, "bad source file name: {why}"),
+            Error::BadVariable { function, why } => {
+                write!(f, "function `{function}`: bad variable: {why}")
+            }
+            Error::Unsupported { format, why } => {
+                write!(f, "cannot encode this object as {format}: {why}")
+            }
+            Error::EmptyObject => write!(f, "the object has no functions: add one before registering"),
+            Error::NullPointer(what) => write!(f, "NULL pointer passed as `{what}`"),
+            Error::TooLarge(why) => write!(f, "too large: {why}"),
+            Error::Io(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Result of the registration API.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,61 @@
+//! # jit-interface
+//!
+//! Make machine code written by a JIT compiler debuggable: register each batch of generated
+//! functions, and GDB (and LLDB, for ELF payloads) shows their names, source lines and
+//! correct backtraces, live, after attach and in core files.
+//!
+//! The library implements GDB's JIT interface in-process (`__jit_debug_descriptor`,
+//! `__jit_debug_register_code`) and encodes each registered [`JitObject`] in one of two
+//! payload formats:
+//!
+//! - [`Format::Elf`]: a minimal in-memory ELF object with DWARF (symbols, lines, variables,
+//!   CFI), which GDB and LLDB read without any plugin.
+//! - [`Format::Compact`]: compact records (see `docs/FORMAT.md`), a fraction of the size,
+//!   decoded by the GPL reader plugin `libjitreader.so` (`jit-reader-load` in GDB).
+//!
+//! ```
+//! use jit_interface::{JitObject, LineRow, Format};
+//!
+//! // Pretend 64 bytes at 0x7000_0000 hold a compiled function (a real JIT passes the address
+//! // of its executable buffer).
+//! let mut obj = JitObject::new();
+//! let f = obj.add_function("jit_fib", 0x7000_0000, 64)?;
+//! obj.set_lines(f, "fib.js", &[LineRow { offset: 0, line: 1 }, LineRow { offset: 12, line: 2 }])?;
+//! obj.set_frame_pointer(f, 1, 4)?; // push rbp ends at 1, mov rbp, rsp at 4
+//! let registration = jit_interface::register(&obj, Format::Elf)?;
+//! // ... the code runs; a debugger attached now sees `jit_fib` ...
+//! drop(registration); // unregisters: the debugger forgets `jit_fib`
+//! # Ok::<(), jit_interface::Error>(())
+//! ```
+//!
+//! C programs use the same API through `include/jit_interface.h` and the crate's static or
+//! shared library.
+//!
+//! ## Non-goals
+//! - Variables, parameters and types through compact records: GDB's reader API has none.
+//! - Debugging a stripped executable: GDB finds the interface by symbol name.
+//! - Other architectures than x86-64 for unwinding (aarch64 slots in beside it later).
+
+pub mod error;
+pub mod format;
+pub mod model;
+
+#[cfg(feature = "runtime")]
+mod capi;
+#[cfg(feature = "runtime")]
+pub mod descriptor;
+#[cfg(feature = "runtime")]
+pub mod elf;
+#[cfg(feature = "runtime")]
+mod registry;
+
+#[cfg(feature = "runtime")]
+pub use capi::*;
+pub use error::{Error, Result};
+pub use format::{decode, DecodeError, Decoded, LiveCheck};
+pub use model::{
+    Arch, BaseType, Block, CfaBase, Epilogue, Frame, Function, FunctionId, JitObject, LineRow,
+    Location, UnwindRow, Variable, VariableKind,
+};
+#[cfg(feature = "runtime")]
+pub use registry::{register, Format, Registration};

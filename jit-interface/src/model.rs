@@ -1,0 +1,710 @@
+//! The data model: a [`JitObject`] is a batch of JIT-compiled functions that becomes one
+//! debugger entry. Both payload encoders (ELF and compact records) serialise this model, and
+//! the compact decoder produces it again, so every tool agrees on what a function is.
+//!
+//! Every setter validates its input: a model that exists is one that can be encoded (except
+//! for format-specific limits, checked by the encoders).
+
+use crate::error::{Error, Result};
+
+/// Instruction-set architecture of the code described by an object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Arch {
+    X86_64,
+    Aarch64,
+}
+
+impl Arch {
+    /// The architecture this library was compiled for.
+    pub const HOST: Arch = if cfg!(target_arch = "aarch64") {
+        Arch::Aarch64
+    } else {
+        Arch::X86_64
+    };
+
+    /// Size of a code address in bytes.
+    pub fn pointer_size(self) -> u8 {
+        8
+    }
+
+    /// Lower-case name, as used in messages and by the tools.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "x86-64",
+            Arch::Aarch64 => "aarch64",
+        }
+    }
+}
+
+/// One line-table row: from code offset `offset` (relative to the function start) on, the
+/// code belongs to source line `line`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LineRow {
+    pub offset: u32,
+    pub line: u32,
+}
+
+/// Register the canonical frame address (CFA) is computed from.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CfaBase {
+    /// The stack pointer (x86-64 `rsp`).
+    Sp = 0,
+    /// The frame pointer (x86-64 `rbp`).
+    Fp = 1,
+}
+
+/// One frame-description row: from code offset `offset` on, CFA = `cfa_base` + `cfa_offset`,
+/// and the caller's frame pointer is saved at CFA + `fp_offset` (0: not saved, it is still in
+/// its register). The return address is at its architecture's place (x86-64: CFA - 8), and
+/// the caller's stack pointer is the CFA.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct UnwindRow {
+    pub offset: u32,
+    pub cfa_base: CfaBase,
+    pub cfa_offset: i32,
+    pub fp_offset: i32,
+}
+
+impl UnwindRow {
+    /// A function's entry state on x86-64: CFA = SP + 8, frame pointer untouched.
+    pub const X86_64_ENTRY: UnwindRow = UnwindRow {
+        offset: 0,
+        cfa_base: CfaBase::Sp,
+        cfa_offset: 8,
+        fp_offset: 0,
+    };
+}
+
+/// The epilogue of a standard frame-pointer function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Epilogue {
+    /// Offset just after the instruction that restores the caller's frame pointer
+    /// (x86-64 `pop rbp` or `leave`).
+    pub restore_end: u32,
+    /// Offset just after the `ret` that ends this epilogue. If code follows (another path
+    /// through the function), the frame-pointer rule holds again from there.
+    pub ret_end: u32,
+}
+
+/// How to find a function's caller.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum Frame {
+    /// No description given: the function is taken to keep a standard frame-pointer frame
+    /// for its whole body (CFA = FP + 16, caller's FP at CFA - 16 on x86-64). Exact except in
+    /// its prologue and epilogue.
+    #[default]
+    Default,
+    /// The standard frame-pointer prologue (`push rbp; mov rbp, rsp`) and epilogues.
+    FramePointer {
+        /// Offset just after `push rbp`.
+        push_end: u32,
+        /// Offset just after `mov rbp, rsp`.
+        setup_end: u32,
+        /// The epilogues, in address order.
+        epilogues: Vec<Epilogue>,
+    },
+    /// Explicit rows, sorted by offset, the first at offset 0.
+    Rows(Vec<UnwindRow>),
+}
+
+impl Frame {
+    /// The rows this description stands for, for a function of `size` bytes.
+    pub fn rows(&self, arch: Arch, size: u64) -> Vec<UnwindRow> {
+        let _ = arch; // x86-64 layout; aarch64 frame records use the same offsets from x29.
+        let fp_rule = |offset| UnwindRow {
+            offset,
+            cfa_base: CfaBase::Fp,
+            cfa_offset: 16,
+            fp_offset: -16,
+        };
+        match self {
+            Frame::Default => vec![fp_rule(0)],
+            Frame::Rows(rows) => rows.clone(),
+            Frame::FramePointer {
+                push_end,
+                setup_end,
+                epilogues,
+            } => {
+                let mut rows = vec![UnwindRow::X86_64_ENTRY];
+                rows.push(UnwindRow {
+                    offset: *push_end,
+                    cfa_base: CfaBase::Sp,
+                    cfa_offset: 16,
+                    fp_offset: -16,
+                });
+                if setup_end > push_end {
+                    rows.push(fp_rule(*setup_end));
+                }
+                for e in epilogues {
+                    rows.push(UnwindRow {
+                        offset: e.restore_end,
+                        ..UnwindRow::X86_64_ENTRY
+                    });
+                    if u64::from(e.ret_end) < size {
+                        rows.push(fp_rule(e.ret_end));
+                    }
+                }
+                rows
+            }
+        }
+    }
+}
+
+/// A nested lexical block or inlined region inside a function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Block {
+    /// Name shown by the debugger (for an inlined region: the inlined function's name).
+    pub name: String,
+    /// Start offset from the function start.
+    pub start: u32,
+    /// End offset (exclusive) from the function start.
+    pub end: u32,
+    /// Index of the enclosing block in the function's block list; `None`: the function.
+    pub parent: Option<u32>,
+}
+
+/// Base types a variable can have.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BaseType {
+    I8 = 0,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F32,
+    F64,
+    /// A pointer to bytes (`unsigned char *` in the debugger).
+    Pointer,
+}
+
+impl BaseType {
+    /// Size in bytes.
+    pub fn size(self) -> u8 {
+        match self {
+            BaseType::I8 | BaseType::U8 => 1,
+            BaseType::I16 | BaseType::U16 => 2,
+            BaseType::I32 | BaseType::U32 | BaseType::F32 => 4,
+            BaseType::I64 | BaseType::U64 | BaseType::F64 | BaseType::Pointer => 8,
+        }
+    }
+
+    /// Name the debugger shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            BaseType::I8 => "int8_t",
+            BaseType::I16 => "int16_t",
+            BaseType::I32 => "int32_t",
+            BaseType::I64 => "int64_t",
+            BaseType::U8 => "uint8_t",
+            BaseType::U16 => "uint16_t",
+            BaseType::U32 => "uint32_t",
+            BaseType::U64 => "uint64_t",
+            BaseType::F32 => "float",
+            BaseType::F64 => "double",
+            BaseType::Pointer => "void *",
+        }
+    }
+}
+
+/// Where a variable lives while its function runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Location {
+    /// In a register, by DWARF register number (x86-64: rax 0, rdx 1, rcx 2, rbx 3, rsi 4,
+    /// rdi 5, rbp 6, rsp 7, r8-r15 8-15, xmm0-15 17-32).
+    Register(u16),
+    /// In memory at frame pointer + offset.
+    FrameOffset(i32),
+}
+
+/// Whether a variable is a parameter or a local.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum VariableKind {
+    Parameter,
+    Local,
+}
+
+/// A parameter or local variable (ELF payloads only: GDB's reader API has no variables).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Variable {
+    pub name: String,
+    pub kind: VariableKind,
+    pub ty: BaseType,
+    pub location: Location,
+}
+
+/// One JIT-compiled function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Function {
+    name: String,
+    start: u64,
+    size: u32,
+    file: Option<String>,
+    lines: Vec<LineRow>,
+    frame: Frame,
+    blocks: Vec<Block>,
+    variables: Vec<Variable>,
+}
+
+impl Function {
+    /// The function's (symbol) name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// Address of the first instruction.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+    /// Size of the code in bytes.
+    pub fn size(&self) -> u32 {
+        self.size
+    }
+    /// One past the last byte of code.
+    pub fn end(&self) -> u64 {
+        self.start + u64::from(self.size)
+    }
+    /// Source file of the line rows, if any were set.
+    pub fn file(&self) -> Option<&str> {
+        self.file.as_deref()
+    }
+    /// Line rows, sorted by offset.
+    pub fn lines(&self) -> &[LineRow] {
+        &self.lines
+    }
+    /// The frame description.
+    pub fn frame(&self) -> &Frame {
+        &self.frame
+    }
+    /// Nested blocks; a block's parent comes before it.
+    pub fn blocks(&self) -> &[Block] {
+        &self.blocks
+    }
+    /// Parameters and locals.
+    pub fn variables(&self) -> &[Variable] {
+        &self.variables
+    }
+    /// Does the function contain `addr`?
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.end()
+    }
+}
+
+/// Checks a name (function, block, variable or file): non-empty, no NUL.
+fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
+    if s.is_empty() {
+        return Err(format!("{what} is empty"));
+    }
+    if s.contains('\0') {
+        return Err(format!(
+            "{what} `{}` contains a NUL byte",
+            s.replace('\0', "\\0")
+        ));
+    }
+    Ok(())
+}
+
+/// Validates frame-description rows for a function of `size` bytes.
+pub(crate) fn check_unwind_rows(rows: &[UnwindRow], size: u32) -> std::result::Result<(), String> {
+    let Some(first) = rows.first() else {
+        return Err("unwind rows are empty: give at least the row at offset 0".into());
+    };
+    if first.offset != 0 {
+        return Err(format!(
+            "the first unwind row is at offset {}, not 0: say how to unwind from the function's first instruction",
+            first.offset
+        ));
+    }
+    for (i, r) in rows.iter().enumerate() {
+        if r.offset >= size {
+            return Err(format!(
+                "unwind row {i} at offset {} is outside the function (size {size})",
+                r.offset
+            ));
+        }
+        if i > 0 && r.offset <= rows[i - 1].offset {
+            return Err(format!(
+                "unwind row {i} at offset {} does not come after row {} at offset {}: rows must be in strictly increasing offset order",
+                r.offset,
+                i - 1,
+                rows[i - 1].offset
+            ));
+        }
+        if r.cfa_offset % 8 != 0 || r.fp_offset % 8 != 0 {
+            return Err(format!(
+                "unwind row {i}: cfa_offset {} and fp_offset {} must be multiples of 8",
+                r.cfa_offset, r.fp_offset
+            ));
+        }
+        if r.cfa_base == CfaBase::Sp && r.cfa_offset < 8 {
+            return Err(format!(
+                "unwind row {i}: CFA = SP + {} leaves no room for the return address (needs SP + 8 or more)",
+                r.cfa_offset
+            ));
+        }
+        if r.cfa_base == CfaBase::Fp && r.cfa_offset < 16 {
+            return Err(format!(
+                "unwind row {i}: CFA = FP + {} is below the saved frame pointer and return address (needs FP + 16 or more)",
+                r.cfa_offset
+            ));
+        }
+        if r.fp_offset > 0 || r.fp_offset == -8 {
+            return Err(format!(
+                "unwind row {i}: fp_offset {} is not a save slot (0 = not saved, or CFA - 16 and below; CFA - 8 holds the return address)",
+                r.fp_offset
+            ));
+        }
+        if r.cfa_base == CfaBase::Fp && r.fp_offset == 0 {
+            return Err(format!(
+                "unwind row {i}: CFA is based on the frame pointer but the caller's frame pointer is not saved"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A batch of JIT-compiled functions that becomes one debugger entry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct JitObject {
+    arch: Arch,
+    functions: Vec<Function>,
+}
+
+impl Default for JitObject {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Index of a function inside its [`JitObject`].
+pub type FunctionId = usize;
+
+impl JitObject {
+    /// An empty object for the host architecture.
+    pub fn new() -> JitObject {
+        JitObject::with_arch(Arch::HOST)
+    }
+
+    /// An empty object for `arch`.
+    pub fn with_arch(arch: Arch) -> JitObject {
+        JitObject {
+            arch,
+            functions: Vec::new(),
+        }
+    }
+
+    /// Architecture of the code.
+    pub fn arch(&self) -> Arch {
+        self.arch
+    }
+
+    /// The functions, in the order they were added.
+    pub fn functions(&self) -> &[Function] {
+        &self.functions
+    }
+
+    fn function_mut(&mut self, f: FunctionId) -> Result<&mut Function> {
+        self.functions.get_mut(f).ok_or(Error::NoSuchFunction(f))
+    }
+
+    /// Adds a function occupying `[start, start + size)` and returns its index. Overlaps
+    /// between functions are checked when the object is encoded.
+    pub fn add_function(&mut self, name: &str, start: u64, size: u64) -> Result<FunctionId> {
+        check_text("the name", name).map_err(Error::BadName)?;
+        if size == 0 || start.checked_add(size).is_none() {
+            return Err(Error::EmptyOrOverflowingFunction {
+                name: name.into(),
+                start,
+                size,
+            });
+        }
+        let size = u32::try_from(size).map_err(|_| {
+            Error::TooLarge(format!(
+                "function `{name}` has {size} bytes; at most 4 GiB per function"
+            ))
+        })?;
+        self.functions.push(Function {
+            name: name.into(),
+            start,
+            size,
+            file: None,
+            lines: Vec::new(),
+            frame: Frame::Default,
+            blocks: Vec::new(),
+            variables: Vec::new(),
+        });
+        Ok(self.functions.len() - 1)
+    }
+
+    /// Sets the source file and line rows of function `f` (replacing earlier ones).
+    /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
+    pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
+        check_text("the file name", file).map_err(Error::BadFileName)?;
+        let func = self.function_mut(f)?;
+        let bad = |why: String| Error::BadRows {
+            function: func.name.clone(),
+            why,
+        };
+        for (i, r) in rows.iter().enumerate() {
+            if r.offset >= func.size {
+                return Err(bad(format!(
+                    "line row {i} at offset {} is outside the function (size {})",
+                    r.offset, func.size
+                )));
+            }
+            if i > 0 && r.offset <= rows[i - 1].offset {
+                return Err(bad(format!(
+                    "line row {i} at offset {} does not come after row {} at offset {}: rows must be in strictly increasing offset order",
+                    r.offset,
+                    i - 1,
+                    rows[i - 1].offset
+                )));
+            }
+            if r.line == 0 {
+                return Err(bad(format!("line row {i} has line 0: lines start at 1")));
+            }
+        }
+        func.file = Some(file.into());
+        func.lines = rows.to_vec();
+        Ok(())
+    }
+
+    /// Sets explicit frame-description rows for function `f`.
+    pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
+        let func = self.function_mut(f)?;
+        check_unwind_rows(rows, func.size).map_err(|why| Error::BadRows {
+            function: func.name.clone(),
+            why,
+        })?;
+        func.frame = Frame::Rows(rows.to_vec());
+        Ok(())
+    }
+
+    /// Describes function `f` as a standard frame-pointer function: `push_end` is the offset
+    /// just after `push rbp`, `setup_end` just after `mov rbp, rsp`.
+    pub fn set_frame_pointer(
+        &mut self,
+        f: FunctionId,
+        push_end: u32,
+        setup_end: u32,
+    ) -> Result<()> {
+        let func = self.function_mut(f)?;
+        if push_end == 0 || setup_end < push_end || setup_end >= func.size {
+            return Err(Error::BadRows {
+                function: func.name.clone(),
+                why: format!(
+                    "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({})",
+                    func.size
+                ),
+            });
+        }
+        func.frame = Frame::FramePointer {
+            push_end,
+            setup_end,
+            epilogues: Vec::new(),
+        };
+        Ok(())
+    }
+
+    /// Adds an epilogue to a frame-pointer function (after [`Self::set_frame_pointer`]):
+    /// `restore_end` just after `pop rbp` / `leave`, `ret_end` just after the `ret`.
+    pub fn add_epilogue(&mut self, f: FunctionId, restore_end: u32, ret_end: u32) -> Result<()> {
+        let func = self.function_mut(f)?;
+        let name = func.name.clone();
+        let size = func.size;
+        let bad = |why: String| Error::BadRows {
+            function: name.clone(),
+            why,
+        };
+        let Frame::FramePointer {
+            setup_end,
+            epilogues,
+            ..
+        } = &mut func.frame
+        else {
+            return Err(bad(
+                "an epilogue needs a frame-pointer description first (set_frame_pointer)".into(),
+            ));
+        };
+        let after = epilogues.last().map_or(*setup_end, |e| e.ret_end);
+        if restore_end <= after || ret_end <= restore_end || ret_end > size {
+            return Err(bad(format!(
+                "epilogue restore_end {restore_end}, ret_end {ret_end} must satisfy {after} < restore_end < ret_end <= size ({size}), in address order"
+            )));
+        }
+        epilogues.push(Epilogue {
+            restore_end,
+            ret_end,
+        });
+        Ok(())
+    }
+
+    /// Adds a nested block (lexical scope or inlined region) to function `f` and returns its
+    /// index among the function's blocks. `parent` is an earlier block of the same function
+    /// that contains this one, or `None` for the function itself.
+    pub fn add_block(
+        &mut self,
+        f: FunctionId,
+        name: &str,
+        start: u32,
+        end: u32,
+        parent: Option<u32>,
+    ) -> Result<u32> {
+        let func = self.function_mut(f)?;
+        let bad = |why: String| Error::BadRows {
+            function: func.name.clone(),
+            why,
+        };
+        check_text("the block name", name).map_err(&bad)?;
+        if start >= end || end > func.size {
+            return Err(bad(format!(
+                "block `{name}` [{start}, {end}) must be non-empty and inside the function (size {})",
+                func.size
+            )));
+        }
+        if let Some(p) = parent {
+            let Some(pb) = func.blocks.get(p as usize) else {
+                return Err(bad(format!(
+                    "block `{name}`: parent block {p} does not exist"
+                )));
+            };
+            if start < pb.start || end > pb.end {
+                return Err(bad(format!(
+                    "block `{name}` [{start}, {end}) is not inside its parent `{}` [{}, {})",
+                    pb.name, pb.start, pb.end
+                )));
+            }
+        }
+        let index = u32::try_from(func.blocks.len())
+            .map_err(|_| Error::TooLarge("more than 2^32 blocks".into()))?;
+        func.blocks.push(Block {
+            name: name.into(),
+            start,
+            end,
+            parent,
+        });
+        Ok(index)
+    }
+
+    /// Adds a parameter or local variable to function `f` (ELF payloads only).
+    pub fn add_variable(&mut self, f: FunctionId, var: Variable) -> Result<()> {
+        let func = self.function_mut(f)?;
+        let bad = |why: String| Error::BadVariable {
+            function: func.name.clone(),
+            why,
+        };
+        check_text("the variable name", &var.name).map_err(&bad)?;
+        if let Location::Register(r) = var.location {
+            if r > 127 {
+                return Err(bad(format!(
+                    "`{}`: register {r} is not a DWARF register number of this architecture",
+                    var.name
+                )));
+            }
+        }
+        func.variables.push(var);
+        Ok(())
+    }
+
+    /// Checks what can only be checked on the whole object: it has functions, they do not
+    /// overlap. Encoders call this.
+    pub fn validate(&self) -> Result<()> {
+        if self.functions.is_empty() {
+            return Err(Error::EmptyObject);
+        }
+        let mut order: Vec<usize> = (0..self.functions.len()).collect();
+        order.sort_by_key(|&i| self.functions[i].start);
+        for w in order.windows(2) {
+            let (a, b) = (&self.functions[w[0]], &self.functions[w[1]]);
+            if b.start < a.end() {
+                return Err(Error::Overlap {
+                    first: a.name.clone(),
+                    second: b.name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Lowest start and highest end over all functions (`None` if empty).
+    pub fn address_range(&self) -> Option<(u64, u64)> {
+        let lo = self.functions.iter().map(|f| f.start).min()?;
+        let hi = self.functions.iter().map(|f| f.end()).max()?;
+        Some((lo, hi))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_input_with_named_problem() {
+        let mut o = JitObject::new();
+        assert!(matches!(
+            o.add_function("", 0x1000, 4),
+            Err(Error::BadName(_))
+        ));
+        assert!(o.add_function("f", 0x1000, 0).is_err());
+        assert!(o.add_function("f", u64::MAX - 1, 4).is_err());
+        let f = o.add_function("f", 0x1000, 16).unwrap();
+        let e = o
+            .set_lines(
+                f,
+                "a.js",
+                &[
+                    LineRow { offset: 4, line: 1 },
+                    LineRow { offset: 2, line: 2 },
+                ],
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("strictly increasing"), "{e}");
+        assert!(o
+            .set_lines(
+                f,
+                "a.js",
+                &[LineRow {
+                    offset: 16,
+                    line: 1
+                }]
+            )
+            .is_err());
+        assert!(o.set_unwind(f, &[]).is_err());
+        let bad = UnwindRow {
+            offset: 4,
+            ..UnwindRow::X86_64_ENTRY
+        };
+        assert!(o
+            .set_unwind(f, &[bad])
+            .unwrap_err()
+            .to_string()
+            .contains("not 0"));
+        o.add_function("g", 0x100f, 4).unwrap();
+        assert!(matches!(o.validate(), Err(Error::Overlap { .. })));
+        assert!(matches!(
+            JitObject::new().validate(),
+            Err(Error::EmptyObject)
+        ));
+    }
+
+    #[test]
+    fn frame_pointer_rows() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 20).unwrap();
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        o.add_epilogue(f, 10, 11).unwrap();
+        o.add_epilogue(f, 18, 19).unwrap();
+        let rows = o.functions()[f].frame().rows(Arch::X86_64, 20);
+        let offs: Vec<u32> = rows.iter().map(|r| r.offset).collect();
+        assert_eq!(offs, vec![0, 1, 4, 10, 11, 18, 19]);
+        check_unwind_rows(&rows, 20).unwrap();
+        assert_eq!(rows[2].cfa_base, CfaBase::Fp);
+        assert_eq!(rows[3].cfa_base, CfaBase::Sp);
+        assert!(o.add_epilogue(f, 12, 13).is_err(), "out of order");
+    }
+}

@@ -1,0 +1,2 @@
+//! JIT test host (placeholder).
+fn main() {}
