@@ -1,0 +1,336 @@
+//! DWARF 4 debugging information: `.debug_info`, `.debug_abbrev`, `.debug_line`,
+//! `.debug_ranges` and `.debug_str`.
+//!
+//! One compile unit per source file (functions without a file share a unit named
+//! [`NO_FILE_UNIT`] without a line program); in it a subprogram per function with its
+//! parameters, locals and lexical blocks, and the base types those use.
+
+use std::collections::HashMap;
+
+use gimli::write::{
+    Address, AttributeValue, Dwarf, EndianVec, Expression, LineProgram, LineString, Range,
+    RangeList, Sections, StringId, Unit, UnitEntryId,
+};
+use gimli::{constants, Encoding, Format, LineEncoding, LittleEndian, Register};
+
+use super::gimli_error;
+use super::layout::{adjacent_ranges, Layout, NO_FILE_UNIT};
+use crate::error::{Error, Result};
+use crate::model::{BaseType, Function, Location, VariableKind};
+
+/// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
+const FRAME_POINTER: Register = Register(6);
+
+/// The encoded sections.
+#[derive(Debug, Default)]
+pub(super) struct DebugSections {
+    pub info: Vec<u8>,
+    pub abbrev: Vec<u8>,
+    pub line: Vec<u8>,
+    pub ranges: Vec<u8>,
+    /// `.debug_str`. Its first byte is NUL, so it doubles as the symbol string table.
+    pub str: Vec<u8>,
+    /// Offset in `str` of each function's name, in layout order.
+    pub name_offsets: Vec<u32>,
+}
+
+/// Builds the DWARF sections for `layout`.
+pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
+    let encoding = Encoding {
+        format: Format::Dwarf32,
+        version: 4,
+        address_size: 8,
+    };
+    let mut dwarf = Dwarf::new();
+    // Offset 0 must be the empty string for the table to serve as `.strtab` as well.
+    dwarf.strings.add("");
+    let mut name_ids: Vec<Option<StringId>> = vec![None; layout.functions.len()];
+
+    for unit in &layout.units {
+        let (line_program, file_id) = match unit.file {
+            Some(file) => {
+                let name = LineString::String(file.as_bytes().to_vec());
+                // DWARF 4 does not store the working directory in the line program: the
+                // file name is used as given.
+                let mut program = LineProgram::new(
+                    encoding,
+                    LineEncoding::default(),
+                    name.clone(),
+                    None,
+                    name.clone(),
+                    None,
+                );
+                let dir = program.default_directory();
+                let file_id = program.add_file(name, dir, None);
+                (program, Some(file_id))
+            }
+            None => (LineProgram::none(), None),
+        };
+        let mut u = Unit::new(encoding, line_program);
+        let root = u.root();
+        let cu_name = dwarf.strings.add(unit.file.unwrap_or(NO_FILE_UNIT));
+        let ranges = adjacent_ranges(&layout.functions, &unit.functions);
+        {
+            let cu = u.get_mut(root);
+            cu.set(constants::DW_AT_name, AttributeValue::StringRef(cu_name));
+            cu.set(
+                constants::DW_AT_language,
+                AttributeValue::Language(constants::DW_LANG_C99),
+            );
+        }
+        if let [(lo, hi)] = ranges[..] {
+            let cu = u.get_mut(root);
+            cu.set(
+                constants::DW_AT_low_pc,
+                AttributeValue::Address(Address::Constant(lo)),
+            );
+            cu.set(constants::DW_AT_high_pc, AttributeValue::Udata(hi - lo));
+        } else {
+            let list = RangeList(
+                ranges
+                    .iter()
+                    .map(|&(lo, hi)| Range::StartEnd {
+                        begin: Address::Constant(lo),
+                        end: Address::Constant(hi),
+                    })
+                    .collect(),
+            );
+            let id = u.ranges.add(list);
+            let cu = u.get_mut(root);
+            cu.set(
+                constants::DW_AT_low_pc,
+                AttributeValue::Address(Address::Constant(0)),
+            );
+            cu.set(constants::DW_AT_ranges, AttributeValue::RangeListRef(id));
+        }
+
+        if let Some(file_id) = file_id {
+            line_rows(&mut u.line_program, file_id, layout, &unit.functions);
+        }
+
+        let mut types = Types::default();
+        for &i in &unit.functions {
+            let f = layout.functions[i];
+            let name = dwarf.strings.add(f.name());
+            name_ids[i] = Some(name);
+            subprogram(&mut u, &mut dwarf.strings, &mut types, f, name);
+        }
+        dwarf.units.add(u);
+    }
+
+    let mut sections = Sections::new(EndianVec::new(LittleEndian));
+    dwarf.write(&mut sections).map_err(gimli_error)?;
+    let name_offsets = name_ids
+        .iter()
+        .map(|id| {
+            let id = id.ok_or_else(|| Error::Unsupported {
+                format: "ELF",
+                why: "internal error: a function was not placed in any compile unit".into(),
+            })?;
+            u32::try_from(dwarf.strings.offset(id).0)
+                .map_err(|_| Error::TooLarge("the names of one ELF object exceed 4 GiB".into()))
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    Ok(DebugSections {
+        info: sections.debug_info.0.into_vec(),
+        abbrev: sections.debug_abbrev.0.into_vec(),
+        line: sections.debug_line.0.into_vec(),
+        ranges: sections.debug_ranges.0.into_vec(),
+        str: sections.debug_str.0.into_vec(),
+        name_offsets,
+    })
+}
+
+/// Adds the line rows of a unit's functions. Functions whose code is adjacent share one
+/// sequence (their rows follow each other without a gap); a sequence ends exactly where its
+/// last function ends, so no line spreads over code outside the function.
+fn line_rows(
+    program: &mut LineProgram,
+    file: gimli::write::FileId,
+    layout: &Layout<'_>,
+    functions: &[usize],
+) {
+    // (start address, end of the last function) of the open sequence.
+    let mut open: Option<(u64, u64)> = None;
+    for &i in functions {
+        let f = layout.functions[i];
+        let Some(first) = f.lines().first() else {
+            continue;
+        };
+        let start = match open {
+            Some((start, end)) if end == f.start() && first.offset == 0 => start,
+            _ => {
+                if let Some((start, end)) = open {
+                    program.end_sequence(end - start);
+                }
+                program.begin_sequence(Some(Address::Constant(f.start())));
+                f.start()
+            }
+        };
+        for r in f.lines() {
+            let row = program.row();
+            row.address_offset = f.start() - start + u64::from(r.offset);
+            row.line = r.line.into();
+            row.file = file;
+            program.generate_row();
+        }
+        open = Some((start, f.end()));
+    }
+    if let Some((start, end)) = open {
+        program.end_sequence(end - start);
+    }
+}
+
+/// The type DIEs of one unit, made on first use.
+#[derive(Default)]
+struct Types {
+    base: HashMap<BaseType, UnitEntryId>,
+    unsigned_char: Option<UnitEntryId>,
+}
+
+impl Types {
+    fn base_type(
+        u: &mut Unit,
+        strings: &mut gimli::write::StringTable,
+        name: &str,
+        encoding: constants::DwAte,
+        size: u8,
+    ) -> UnitEntryId {
+        let root = u.root();
+        let id = u.add(root, constants::DW_TAG_base_type);
+        let e = u.get_mut(id);
+        e.set(
+            constants::DW_AT_name,
+            AttributeValue::StringRef(strings.add(name)),
+        );
+        e.set(
+            constants::DW_AT_encoding,
+            AttributeValue::Encoding(encoding),
+        );
+        e.set(constants::DW_AT_byte_size, AttributeValue::Data1(size));
+        id
+    }
+
+    fn get(
+        &mut self,
+        u: &mut Unit,
+        strings: &mut gimli::write::StringTable,
+        ty: BaseType,
+    ) -> UnitEntryId {
+        if let Some(&id) = self.base.get(&ty) {
+            return id;
+        }
+        let id = if ty == BaseType::Pointer {
+            // A pointer to bytes: `unsigned char *`.
+            let pointee = match self.unsigned_char {
+                Some(id) => id,
+                None => {
+                    let id = Self::base_type(
+                        u,
+                        strings,
+                        "unsigned char",
+                        constants::DW_ATE_unsigned_char,
+                        1,
+                    );
+                    self.unsigned_char = Some(id);
+                    id
+                }
+            };
+            let root = u.root();
+            let id = u.add(root, constants::DW_TAG_pointer_type);
+            let e = u.get_mut(id);
+            e.set(constants::DW_AT_byte_size, AttributeValue::Data1(ty.size()));
+            e.set(constants::DW_AT_type, AttributeValue::UnitRef(pointee));
+            id
+        } else {
+            let encoding = match ty {
+                BaseType::I8 | BaseType::I16 | BaseType::I32 | BaseType::I64 => {
+                    constants::DW_ATE_signed
+                }
+                BaseType::F32 | BaseType::F64 => constants::DW_ATE_float,
+                _ => constants::DW_ATE_unsigned,
+            };
+            Self::base_type(u, strings, ty.name(), encoding, ty.size())
+        };
+        self.base.insert(ty, id);
+        id
+    }
+}
+
+/// Adds the subprogram DIE of `f` with its variables and blocks.
+fn subprogram(
+    u: &mut Unit,
+    strings: &mut gimli::write::StringTable,
+    types: &mut Types,
+    f: &Function,
+    name: StringId,
+) {
+    let root = u.root();
+    let sp = u.add(root, constants::DW_TAG_subprogram);
+    {
+        let e = u.get_mut(sp);
+        e.set(constants::DW_AT_name, AttributeValue::StringRef(name));
+        e.set(constants::DW_AT_external, AttributeValue::FlagPresent);
+        e.set(
+            constants::DW_AT_low_pc,
+            AttributeValue::Address(Address::Constant(f.start())),
+        );
+        // DWARF 4: a constant high_pc is the size, here in one or two ULEB128 bytes.
+        e.set(
+            constants::DW_AT_high_pc,
+            AttributeValue::Udata(f.size().into()),
+        );
+    }
+    // Parameters first, in their order: debuggers list arguments in DIE order.
+    let params = f
+        .variables()
+        .iter()
+        .filter(|v| v.kind == VariableKind::Parameter);
+    let locals = f
+        .variables()
+        .iter()
+        .filter(|v| v.kind == VariableKind::Local);
+    for v in params.chain(locals) {
+        let ty = types.get(u, strings, v.ty);
+        let tag = match v.kind {
+            VariableKind::Parameter => constants::DW_TAG_formal_parameter,
+            VariableKind::Local => constants::DW_TAG_variable,
+        };
+        let mut location = Expression::new();
+        match v.location {
+            Location::Register(r) => location.op_reg(Register(r)),
+            Location::FrameOffset(o) => location.op_breg(FRAME_POINTER, o.into()),
+        }
+        let id = u.add(sp, tag);
+        let e = u.get_mut(id);
+        e.set(
+            constants::DW_AT_name,
+            AttributeValue::StringRef(strings.add(v.name.as_str())),
+        );
+        e.set(constants::DW_AT_type, AttributeValue::UnitRef(ty));
+        e.set(constants::DW_AT_location, AttributeValue::Exprloc(location));
+    }
+    // A block's parent comes before it (the model checks this), so parents' DIEs exist.
+    let mut block_ids: Vec<UnitEntryId> = Vec::with_capacity(f.blocks().len());
+    for b in f.blocks() {
+        let parent = b
+            .parent
+            .and_then(|p| block_ids.get(p as usize).copied())
+            .unwrap_or(sp);
+        let id = u.add(parent, constants::DW_TAG_lexical_block);
+        let e = u.get_mut(id);
+        e.set(
+            constants::DW_AT_name,
+            AttributeValue::StringRef(strings.add(b.name.as_str())),
+        );
+        e.set(
+            constants::DW_AT_low_pc,
+            AttributeValue::Address(Address::Constant(f.start() + u64::from(b.start))),
+        );
+        e.set(
+            constants::DW_AT_high_pc,
+            AttributeValue::Udata((b.end - b.start).into()),
+        );
+        block_ids.push(id);
+    }
+}
