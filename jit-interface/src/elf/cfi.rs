@@ -97,7 +97,7 @@ mod tests {
 
     /// The unwind rule at `addr`: (CFA register, CFA offset, rule for rbp, rule for rip).
     fn rule_at(p: &Parsed, addr: u64) -> (u16, i64, Rule, Rule) {
-        let frame = gimli::DebugFrame::new(&p.section(".debug_frame"), gimli::LittleEndian);
+        let frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
         let mut frame = frame;
         frame.set_address_size(8);
         let bases = BaseAddresses::default();
@@ -227,7 +227,7 @@ mod tests {
             )
         );
         // Exactly one CIE, one FDE per function, nothing outside the functions.
-        let frame = gimli::DebugFrame::new(&p.section(".debug_frame"), gimli::LittleEndian);
+        let frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
         let bases = BaseAddresses::default();
         let mut entries = frame.entries(&bases);
         let (mut cies, mut fdes) = (0, 0);

@@ -84,17 +84,29 @@ impl<'a> Layout<'a> {
 }
 
 /// Splits the functions of a unit (indices into `functions`, in address order) into
-/// maximal groups of exactly adjacent functions: `[start, end)` address ranges.
+/// maximal groups of neighbouring functions: `[start, end)` address ranges. Two functions
+/// are neighbours if no other function of the object lies between them and the gap is at
+/// most [`MAX_PADDING`] (which then belongs to the range: it is never executed).
 pub(super) fn adjacent_ranges(functions: &[&Function], unit: &[usize]) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = Vec::new();
+    let mut prev: Option<usize> = None;
     for &i in unit {
         let f = functions[i];
         match ranges.last_mut() {
-            Some(last) if last.1 == f.start() => last.1 = f.end(),
+            Some(last) if neighbours(functions, prev, i) => last.1 = f.end(),
             _ => ranges.push((f.start(), f.end())),
         }
+        prev = Some(i);
     }
     ranges
+}
+
+/// Is `functions[next]` the function right after `functions[prev]`, at most
+/// [`MAX_PADDING`] bytes after its end?
+pub(super) fn neighbours(functions: &[&Function], prev: Option<usize>, next: usize) -> bool {
+    prev.is_some_and(|p| {
+        p + 1 == next && functions[next].start() - functions[p].end() <= MAX_PADDING
+    })
 }
 
 #[cfg(test)]

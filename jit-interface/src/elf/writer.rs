@@ -182,3 +182,131 @@ pub(super) fn write(
     debug_assert_eq!(w.reserved_len(), w.len());
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use object::elf;
+    use object::read::elf::{FileHeader as _, SectionHeader as _};
+    use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
+
+    use super::super::layout::MAX_PADDING;
+    use crate::elf::test_support::Parsed;
+    use crate::error::Error;
+    use crate::model::{Arch, JitObject};
+
+    /// Three functions: two adjacent (with alignment padding), one far away.
+    fn scattered() -> JitObject {
+        let mut o = JitObject::new();
+        o.add_function("far_away", 0x7fff_0000_0000, 0x40).unwrap();
+        o.add_function("first", 0x7000_0000, 0x33).unwrap();
+        o.add_function("second", 0x7000_0040, 0x20).unwrap();
+        o
+    }
+
+    #[test]
+    fn symbols_have_real_addresses_and_sizes() {
+        let p = Parsed::encode(&scattered());
+        let file = p.file();
+        assert_eq!(file.kind(), object::ObjectKind::Relocatable);
+        assert_eq!(file.architecture(), object::Architecture::X86_64);
+        let mut got = Vec::new();
+        for sym in file.symbols() {
+            let section = file
+                .section_by_index(sym.section_index().expect("defined in a section"))
+                .unwrap();
+            assert_eq!(sym.kind(), SymbolKind::Text);
+            assert!(sym.is_global());
+            // Relocatable object: the value is an offset in the section.
+            got.push((
+                sym.name().unwrap().to_string(),
+                section.address() + sym.address(),
+                sym.size(),
+            ));
+        }
+        assert_eq!(
+            got,
+            [
+                ("first".to_string(), 0x7000_0000, 0x33),
+                ("second".to_string(), 0x7000_0040, 0x20),
+                ("far_away".to_string(), 0x7fff_0000_0000, 0x40),
+            ]
+        );
+    }
+
+    #[test]
+    fn text_sections_cover_only_the_code() {
+        let p = Parsed::encode(&scattered());
+        let file = p.file();
+        let object::File::Elf64(elf_file) = &file else {
+            panic!("not ELF64")
+        };
+        let endian = elf_file.endian();
+        assert_eq!(
+            elf_file.elf_header().e_type(endian),
+            elf::ET_REL,
+            "relocatable"
+        );
+        let mut text = Vec::new();
+        for (section, header) in file
+            .sections()
+            .zip(elf_file.elf_section_table().iter().skip(1))
+        {
+            let flags = header.sh_flags(endian);
+            let name = section.name().unwrap();
+            assert_eq!(section.relocations().count(), 0, "{name} has relocations");
+            if name == ".text" {
+                assert_eq!(header.sh_type(endian), elf::SHT_NOBITS);
+                assert_eq!(flags, elf::SHF_ALLOC | elf::SHF_EXECINSTR);
+                assert_eq!(section.kind(), SectionKind::UninitializedData);
+                text.push((section.address(), section.size()));
+            } else {
+                assert_eq!(
+                    flags & elf::SHF_ALLOC,
+                    elf::SectionFlags(0),
+                    "{name} is ALLOC"
+                );
+            }
+        }
+        // 0x33 + 13 bytes of padding join the first two functions; the third is alone.
+        const { assert!(0x40 - 0x33 <= MAX_PADDING) };
+        assert_eq!(text, [(0x7000_0000, 0x60), (0x7fff_0000_0000, 0x40)]);
+        // One string table serves as .strtab and .debug_str.
+        let range = |n: &str| file.section_by_name(n).unwrap().file_range().unwrap();
+        assert_eq!(range(".strtab"), range(".debug_str"));
+        assert_eq!(p.section(".strtab")[0], 0);
+    }
+
+    #[test]
+    fn a_gap_wider_than_padding_splits_the_section() {
+        let mut o = JitObject::new();
+        o.add_function("a", 0x1000, 0x10).unwrap();
+        o.add_function("b", 0x1010 + MAX_PADDING + 1, 0x10).unwrap();
+        let p = Parsed::encode(&o);
+        let text: Vec<(u64, u64)> = p
+            .file()
+            .sections()
+            .filter(|s| s.name() == Ok(".text"))
+            .map(|s| (s.address(), s.size()))
+            .collect();
+        assert_eq!(text, [(0x1000, 0x10), (0x1010 + MAX_PADDING + 1, 0x10)]);
+    }
+
+    #[test]
+    fn bad_objects_are_refused_with_a_reason() {
+        assert_eq!(
+            super::super::encode(&JitObject::new()),
+            Err(Error::EmptyObject)
+        );
+        let mut o = JitObject::new();
+        o.add_function("a", 0x1000, 0x10).unwrap();
+        o.add_function("b", 0x1008, 0x10).unwrap();
+        assert!(matches!(
+            super::super::encode(&o),
+            Err(Error::Overlap { .. })
+        ));
+        let mut o = JitObject::with_arch(Arch::Aarch64);
+        o.add_function("a", 0x1000, 0x10).unwrap();
+        let e = super::super::encode(&o).unwrap_err();
+        assert!(e.to_string().contains("x86-64"), "{e}");
+    }
+}
