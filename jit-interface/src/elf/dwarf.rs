@@ -419,6 +419,20 @@ mod tests {
     }
 
     #[test]
+    fn a_file_without_rows_gets_a_unit_without_lines() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 0x10).unwrap();
+        o.set_lines(f, "empty.js", &[]).unwrap();
+        let p = Parsed::encode(&o);
+        assert_eq!(p.lines(), []);
+        let subs = p.subprograms();
+        assert_eq!(
+            (subs[0].unit.as_str(), subs[0].name.as_str()),
+            ("empty.js", "f")
+        );
+    }
+
+    #[test]
     fn unit_ranges_cover_exactly_their_functions() {
         let mut o = JitObject::new();
         let a = o.add_function("a", 0x1000, 0x10).unwrap();

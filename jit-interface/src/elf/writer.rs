@@ -310,3 +310,35 @@ mod tests {
         assert!(e.to_string().contains("x86-64"), "{e}");
     }
 }
+
+#[cfg(test)]
+mod many_sections {
+    use object::{Object, ObjectSection, ObjectSymbol};
+
+    use crate::elf::test_support::Parsed;
+    use crate::model::JitObject;
+
+    /// More text runs than a 16-bit section index can name: the symbols need the extended
+    /// index table (`.symtab_shndx`).
+    #[test]
+    fn more_than_65280_sections() {
+        let mut o = JitObject::new();
+        let n = 0xff00u64 + 10;
+        for i in 0..n {
+            o.add_function(&format!("f{i}"), 0x1000_0000 + i * 64, 16)
+                .unwrap();
+        }
+        let p = Parsed::encode(&o);
+        let file = p.file();
+        assert!(file.section_by_name(".symtab_shndx").is_some());
+        let last = file.symbols().last().unwrap();
+        let section = file
+            .section_by_index(last.section_index().unwrap())
+            .unwrap();
+        assert_eq!(last.name(), Ok(format!("f{}", n - 1).as_str()));
+        assert_eq!(
+            section.address() + last.address(),
+            0x1000_0000 + (n - 1) * 64
+        );
+    }
+}
