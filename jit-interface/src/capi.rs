@@ -209,12 +209,14 @@ pub unsafe extern "C" fn jit_object_set_unwind(
             let cfa_base = match r.cfa_base {
                 0 => CfaBase::Sp,
                 1 => CfaBase::Fp,
-                v => return Err(Error::BadRows {
-                    function: format!("#{}", r#fn),
-                    why: format!(
+                v => {
+                    return Err(Error::BadRows {
+                        function: format!("#{}", r#fn),
+                        why: format!(
                         "unwind row {i}: cfa_base {v} is neither JIT_CFA_SP (0) nor JIT_CFA_FP (1)"
                     ),
-                }),
+                    })
+                }
             };
             out.push(UnwindRow {
                 offset: r.offset,
