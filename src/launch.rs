@@ -123,6 +123,29 @@ fn ex(cmds: &[&str]) -> Vec<OsString> {
         .collect()
 }
 
+/// Like [`ex`], but echoes each command first, so a batch transcript reads like a session.
+fn ex_echoed(cmds: &[&str]) -> Vec<OsString> {
+    cmds.iter()
+        .flat_map(|c| {
+            [
+                "-ex".into(),
+                OsString::from(format!("echo \\n(gdb) {c}\\n")),
+                "-ex".into(),
+                OsString::from(*c),
+            ]
+        })
+        .collect()
+}
+
+/// Batch-mode GDB without user init files. The demo binary's Rust pretty-printer hook
+/// would only print a warning about a missing script: leave auto-loading off.
+fn batch_args() -> Vec<OsString> {
+    ["-batch", "-nx", "-iex", "set auto-load python-scripts off"]
+        .iter()
+        .map(OsString::from)
+        .collect()
+}
+
 /// Checks that `p` names a readable file, saying what it is for.
 pub fn check_readable(what: &str, p: &Path) -> Result<(), String> {
     match std::fs::File::open(p) {
@@ -170,7 +193,7 @@ pub fn core_report(program: &Path, core: &Path) -> Result<i32, String> {
     args.extend(setup_args(Some(&reader), scripts.as_deref()));
     // TODO(gdb-scripts): when gdb-scripts/jit.py provides its command that lists the
     // registered JIT functions, run it here after the backtraces (only if `scripts` is set).
-    args.extend(ex(&["info threads", "thread apply all bt"]));
+    args.extend(ex_echoed(&["info threads", "thread apply all bt"]));
     args.push(program.as_os_str().into());
     args.push(core.as_os_str().into());
     run_gdb(&gdb, &args)
@@ -260,20 +283,22 @@ pub fn demo(format: Format, crash: bool, keep_core: bool) -> Result<i32, String>
         script.display(),
         format.name()
     );
-    let mut args: Vec<OsString> = vec!["-batch".into(), "-nx".into()];
+    let mut args = batch_args();
     args.extend(setup_args(reader.as_deref(), scripts.as_deref()));
     if crash {
         return crash_demo(&gdb, args, &exe, run_args, keep_core);
     }
     println!("Running it under GDB, stopped in the native callback jit_gdb_probe:\n");
-    let mut cmds = vec!["break jit_gdb_probe", "run", "bt", "frame 1", "list"];
+    // `bt 12`: the JIT frames and the native code that called the script's `main`, not
+    // the whole Rust runtime below it.
+    let mut cmds = vec!["break jit_gdb_probe", "run", "bt 12", "frame 1", "list"];
     if format == Format::Elf {
         // Parameters and locals only travel in ELF payloads (GDB's reader API has none).
         cmds.push("info args");
         cmds.push("info locals");
     }
     cmds.extend(["delete", "continue"]);
-    args.extend(ex(&cmds));
+    args.extend(ex_echoed(&cmds));
     args.push("--args".into());
     args.push(exe.into());
     args.extend(run_args);
@@ -299,13 +324,9 @@ fn crash_demo(
                 dir.display()
             );
             let core = dir.join("core");
-            let mut args: Vec<OsString> = vec![
-                "-batch".into(),
-                "-nx".into(),
-                "-ex".into(),
-                "run".into(),
-                "-ex".into(),
-            ];
+            let mut args = batch_args();
+            args.extend(ex(&["run"]));
+            args.push("-ex".into());
             args.push(cat("generate-core-file ", core.as_os_str()));
             args.extend(ex(&["kill"]));
             args.push("--args".into());
@@ -322,7 +343,13 @@ fn crash_demo(
         }
     };
     println!("\nPost-mortem: gdb {} {}\n", exe.display(), core.display());
-    gdb_args.extend(ex(&["bt", "x/i $pc", "frame 1", "list"]));
+    gdb_args.extend(ex_echoed(&[
+        "bt 12",
+        "x/i $pc",
+        "info registers rax",
+        "frame 1",
+        "list",
+    ]));
     gdb_args.push(exe.into());
     gdb_args.push(core.clone().into());
     let status = run_gdb(gdb, &gdb_args);

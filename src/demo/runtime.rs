@@ -150,8 +150,9 @@ impl LoadedScript {
 
     /// The debugger's view of the loaded functions: names, addresses, the script's lines
     /// (`file` should be an absolute path so GDB's `list` finds it), frame layout, and the
-    /// parameters and locals in their frame slots.
-    pub fn jit_object(&self, file: &str) -> jit_interface::Result<JitObject> {
+    /// parameters and locals in their frame slots (`with_variables`: only ELF payloads can
+    /// carry them; GDB's reader API has no variables).
+    pub fn jit_object(&self, file: &str, with_variables: bool) -> jit_interface::Result<JitObject> {
         let mut obj = JitObject::new();
         for f in &self.compiled.functions {
             let start = self.memory.address() + f.offset as u64;
@@ -160,7 +161,7 @@ impl LoadedScript {
             obj.set_lines(id, file, &rows)?;
             obj.set_frame_pointer(id, f.push_end, f.setup_end)?;
             obj.add_epilogue(id, f.restore_end, f.ret_end)?;
-            for s in &f.slots {
+            for s in f.slots.iter().filter(|_| with_variables) {
                 obj.add_variable(
                     id,
                     Variable {
@@ -181,7 +182,7 @@ impl LoadedScript {
 
     /// Registers the functions with the debugger in `format` (unregistered on drop).
     pub fn register(&mut self, file: &str, format: Format) -> jit_interface::Result<()> {
-        let obj = self.jit_object(file)?;
+        let obj = self.jit_object(file, format == Format::Elf)?;
         self.registration = Some(jit_interface::register(&obj, format)?);
         Ok(())
     }
