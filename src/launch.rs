@@ -272,6 +272,9 @@ pub fn demo(format: Format, crash: bool, keep_core: bool) -> Result<i32, String>
     let exe = std::env::current_exe()
         .map_err(|e| format!("cannot find the jit-gdb executable to run the demo JIT: {e}"))?;
     let script = install_demo_script()?;
+    // Compile and register once here, so a problem shows as one clear error instead of
+    // inside GDB's transcript.
+    crate::demo::check_script(&script, format)?;
     let run_args: Vec<OsString> = vec![
         "run-script".into(),
         script.clone().into(),

@@ -46,18 +46,29 @@ fn bundled_demo_script_succeeds() {
 fn crash_mode_faults_in_jit_code() {
     use std::os::unix::process::ExitStatusExt;
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("demo/fib.jg");
-    let o = jit_gdb(&[
-        "run-script",
-        p.to_str().unwrap(),
-        "--format",
-        "none",
-        "--crash",
-    ]);
-    assert_eq!(o.status.signal(), Some(libc_sigsegv()), "{:?}", o.status);
-}
-
-fn libc_sigsegv() -> i32 {
-    11 // SIGSEGV on Linux
+    let p = p.to_str().unwrap();
+    let o = jit_gdb(&["run-script", p, "--format", "none", "--crash"]);
+    assert_eq!(o.status.signal(), Some(libc::SIGSEGV), "{:?}", o.status);
+    // Under GDB (nothing registered): the faulting instruction is the script's inline
+    // `load` of the null pointer `probe` returned, in code no symbol covers.
+    let o = Command::new("gdb")
+        .args([
+            "-batch", "-nx", "-ex", "run", "-ex", "x/i $pc", "-ex", "p $rax",
+        ])
+        .args([
+            "-ex",
+            "info symbol $pc",
+            "--args",
+            env!("CARGO_BIN_EXE_jit-gdb"),
+        ])
+        .args(["run-script", p, "--format", "none", "--crash"])
+        .output()
+        .expect("run gdb");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("SIGSEGV"), "{out}");
+    assert!(out.contains("mov    (%rax),%rax"), "{out}");
+    assert!(out.contains("$1 = 0\n"), "{out}");
+    assert!(out.contains("No symbol matches $pc."), "{out}");
 }
 
 #[test]

@@ -73,6 +73,12 @@ pub const BUNDLED: &[(&str, &str)] = &[("fib.jg", include_str!("../../demo/fib.j
 #[cfg(test)]
 mod tests;
 
+/// Compiles, loads and registers the script at `path` in `format` without running it: the
+/// demo's check that the script and the payload encoder work before starting GDB.
+pub fn check_script(path: &std::path::Path, format: jit_interface::Format) -> Result<(), String> {
+    prepare(path, Some(format), "").map(drop)
+}
+
 /// `jit-gdb run-script`: compiles `path`, registers its functions in `format` (`None`: not
 /// at all), runs `main` and returns its value (the exit status).
 pub fn run_script(
@@ -80,6 +86,17 @@ pub fn run_script(
     format: Option<jit_interface::Format>,
     crash: bool,
 ) -> Result<i64, String> {
+    let hint = " (run with `--format none` to run without registering)";
+    let loaded = prepare(path, format, hint)?;
+    runtime::set_crash_mode(crash);
+    loaded.call("main", &[])
+}
+
+fn prepare(
+    path: &std::path::Path,
+    format: Option<jit_interface::Format>,
+    register_hint: &str,
+) -> Result<runtime::LoadedScript, String> {
     let src = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read script {}: {e}", path.display()))?;
     // Lines are registered under the absolute path, so GDB's `list` finds the file from any
@@ -99,12 +116,10 @@ pub fn run_script(
         })?;
         loaded.register(name, format).map_err(|e| {
             format!(
-                "cannot register the script's functions with the debugger ({}): {e} \
-                 (run with `--format none` to run without registering)",
+                "cannot register the script's functions with the debugger ({}): {e}{register_hint}",
                 format.name()
             )
         })?;
     }
-    runtime::set_crash_mode(crash);
-    loaded.call("main", &[])
+    Ok(loaded)
 }

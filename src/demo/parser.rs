@@ -81,15 +81,25 @@ pub struct Program {
     pub functions: Vec<FnDecl>,
 }
 
+/// Deepest nesting of blocks and expressions accepted; the parser and code generator
+/// recurse, so this bounds their stack use.
+const MAX_NESTING: usize = 200;
+
 struct Parser<'a> {
     file: &'a str,
     toks: &'a [Token],
     at: usize,
+    nesting: usize,
 }
 
 /// Parses the tokens of `file` (as produced by [`super::lexer::lex`]).
 pub fn parse(file: &str, toks: &[Token]) -> Result<Program, ScriptError> {
-    let mut p = Parser { file, toks, at: 0 };
+    let mut p = Parser {
+        file,
+        toks,
+        at: 0,
+        nesting: 0,
+    };
     let mut functions = Vec::new();
     while p.peek().tok != Tok::Eof {
         functions.push(p.function()?);
@@ -178,7 +188,28 @@ impl Parser<'_> {
     }
 
     /// `{ statement* }`; returns the statements and the position of the `}`.
+    /// Runs `f` one nesting level deeper, refusing to go past [`MAX_NESTING`].
+    fn nested<T>(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<T, ScriptError>,
+    ) -> Result<T, ScriptError> {
+        if self.nesting >= MAX_NESTING {
+            return self.error(
+                self.peek().pos,
+                format!("blocks or expressions are nested more than {MAX_NESTING} levels deep"),
+            );
+        }
+        self.nesting += 1;
+        let r = f(self);
+        self.nesting -= 1;
+        r
+    }
+
     fn block(&mut self, what: &str) -> Result<(Vec<Stmt>, Pos), ScriptError> {
+        self.nested(|p| p.block_inner(what))
+    }
+
+    fn block_inner(&mut self, what: &str) -> Result<(Vec<Stmt>, Pos), ScriptError> {
         self.expect(Tok::LBrace, &format!("to start the body {what}"))?;
         let mut stmts = Vec::new();
         loop {
@@ -330,6 +361,10 @@ impl Parser<'_> {
     }
 
     fn unary(&mut self) -> Result<Expr, ScriptError> {
+        self.nested(Self::unary_inner)
+    }
+
+    fn unary_inner(&mut self) -> Result<Expr, ScriptError> {
         let t = self.bump();
         let pos = t.pos;
         let kind = match t.tok {
@@ -441,5 +476,17 @@ mod tests {
             err("fn f() { g(1, 2; }"),
             "t.jg:1:16: expected `)` to close the call of `g`, found `;`"
         );
+        let deep = format!(
+            "fn f() {{ return {}1{}; }}",
+            "(".repeat(500),
+            ")".repeat(500)
+        );
+        assert!(
+            err(&deep).ends_with("nested more than 200 levels deep"),
+            "{}",
+            err(&deep)
+        );
+        let deep = format!("fn f() {{ return {}1; }}", "-".repeat(100_000));
+        assert!(err(&deep).contains("nested more than"));
     }
 }
