@@ -218,7 +218,10 @@ fn install_demo_script() -> Result<PathBuf, String> {
         .map_err(|e| format!("cannot create {} for the demo script: {e}", dir.display()))?;
     let path = dir.join(name);
     if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
-        std::fs::write(&path, text)
+        // Write aside and rename, so a concurrent demo (or its GDB) never reads half a file.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| format!("cannot write the demo script {}: {e}", path.display()))?;
     }
     Ok(path)
