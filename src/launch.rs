@@ -9,28 +9,35 @@ use jit_interface::Format;
 /// The reader plugin's file name (cargo builds it next to the jit-gdb executable).
 pub const READER_FILE: &str = "libjitreader.so";
 
-/// The GDB to run: `JIT_GDB_GDB`, or `gdb` from PATH.
+/// The GDB to run: `JIT_GDB_GDB` (a path, or a name looked up in PATH), or `gdb` from PATH.
 pub fn find_gdb() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("JIT_GDB_GDB") {
-        let p = PathBuf::from(p);
-        if p.is_file() {
-            return Ok(p);
-        }
-        return Err(format!(
-            "JIT_GDB_GDB is set to {}, which is not a file: point it at a GDB executable or unset it",
-            p.display()
-        ));
+    if let Some(v) = std::env::var_os("JIT_GDB_GDB") {
+        let p = PathBuf::from(&v);
+        let found = if p.components().count() > 1 {
+            p.is_file().then_some(p)
+        } else {
+            find_in_path(&v)
+        };
+        return found.ok_or_else(|| {
+            format!(
+                "JIT_GDB_GDB is set to {}, which is not a file or a program in PATH: point it at a GDB executable or unset it",
+                v.to_string_lossy()
+            )
+        });
     }
+    find_in_path(OsStr::new("gdb")).ok_or_else(|| {
+        "GDB not found in PATH: install it (Debian/Ubuntu: `apt-get install gdb`) \
+         or set JIT_GDB_GDB=/path/to/gdb"
+            .to_string()
+    })
+}
+
+fn find_in_path(name: &OsStr) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
         .filter(|d| !d.as_os_str().is_empty())
-        .map(|d| d.join("gdb"))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
-        .ok_or_else(|| {
-            "GDB not found in PATH: install it (Debian/Ubuntu: `apt-get install gdb`) \
-             or set JIT_GDB_GDB=/path/to/gdb"
-                .to_string()
-        })
 }
 
 /// The reader plugin: `JIT_GDB_READER` (an explicit choice, so it wins), next to this
