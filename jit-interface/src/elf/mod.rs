@@ -77,7 +77,7 @@ mod tests {
         for i in 0..n {
             let f = o
                 .add_function(
-                    &format!("jit_function_{i:07}_"),
+                    &format!("jit_function_{i:06}_"),
                     0x7f00_0000_0000 + i * stride,
                     64,
                 )
