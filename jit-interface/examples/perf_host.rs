@@ -9,7 +9,8 @@
 //! environment (`JIT_PERF_MAP=1`, `JIT_DUMP=1`, `JIT_DUMP_DIR`) decides. `--extra N` registers
 //! N more one-instruction functions in a second object. The layout of everything registered
 //! is printed on stdout (`function NAME START SIZE`, `line NAME OFFSET LINE FILE`) so that
-//! tests compare perf's output with what was really registered.
+//! tests compare perf's output with what was really registered; `loop NAME START END` gives
+//! the offsets of the hot loop, where nearly all samples land.
 
 use std::time::{Duration, Instant};
 
@@ -170,6 +171,7 @@ fn main() {
     obj.set_frame_pointer(outer, 1, 4).unwrap();
     obj.add_epilogue(outer, 0x11, 0x12).unwrap();
     print_layout(&obj);
+    println!("loop jit_hot_loop {} {}", 0x0b, 0x17);
     let _registration = register(&obj, format).expect("register");
 
     let mut _extra_registration = None;
@@ -181,6 +183,7 @@ fn main() {
             o.add_function(&format!("jit_stub_{i}"), rets as u64 + i as u64, 1)
                 .unwrap();
         }
+        print_layout(&o);
         _extra_registration = Some(register(&o, format).expect("register extra"));
     }
     for e in jit_interface::perf::errors() {
