@@ -3,7 +3,7 @@
 //! `perf record` has JIT code to sample.
 //!
 //! ```text
-//! perf_host [--ms N] [--perf-map] [--jitdump DIR] [--extra N] [--format compact|elf]
+//! perf_host [--ms N] [--perf-map] [--jitdump DIR] [--extra N] [--fork] [--format compact|elf]
 //! ```
 //! `--perf-map` / `--jitdump` switch the outputs on through the API; without them the
 //! environment (`JIT_PERF_MAP=1`, `JIT_DUMP=1`, `JIT_DUMP_DIR`) decides. `--extra N` registers
@@ -118,10 +118,35 @@ fn print_layout(object: &JitObject) {
     }
 }
 
+/// `--fork`: a child process registers `jit_child` (the first byte of `hot`, as a one-byte
+/// function) and exits; the parent waits for it. The child's perf files are its own.
+fn fork_child(base: *mut u8, format: Format) {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // SAFETY: the process is single-threaded here, so the child may run arbitrary code.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let mut o = JitObject::new();
+        o.add_function("jit_child", base as u64, 1).unwrap();
+        println!("child {}", std::process::id());
+        print_layout(&o);
+        let r = register(&o, format).expect("register in child");
+        std::mem::forget(r);
+        let _ = std::io::stdout().flush();
+        std::process::exit(0);
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(status, 0, "child failed");
+}
+
 fn main() {
     let mut ms = 1000u64;
     let mut extra = 0usize;
     let mut format = Format::Compact;
+    let mut fork = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |what: &str| args.next().unwrap_or_else(|| panic!("{a} needs {what}"));
@@ -137,6 +162,7 @@ fn main() {
                 let p = jit_interface::perf::enable_jitdump(Some(dir.as_ref())).expect("jitdump");
                 println!("jitdump {}", p.display());
             }
+            "--fork" => fork = true,
             "--format" => {
                 format = match value("compact or elf").as_str() {
                     "compact" => Format::Compact,
@@ -185,6 +211,9 @@ fn main() {
         }
         print_layout(&o);
         _extra_registration = Some(register(&o, format).expect("register extra"));
+    }
+    if fork {
+        fork_child(base, format);
     }
     for e in jit_interface::perf::errors() {
         println!("perf-error {e}");

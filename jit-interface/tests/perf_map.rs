@@ -111,3 +111,45 @@ fn bad_switch_value_is_reported_and_registration_goes_on() {
     assert!(stdout.contains("result "), "the JIT code ran: {stdout}");
     assert!(!std::path::Path::new(&format!("/tmp/perf-{}.map", host.pid)).exists());
 }
+
+/// After `fork`, the child writes its own files and does not repeat what the parent had
+/// buffered; the parent's files do not get the child's function.
+#[test]
+fn forked_child_writes_its_own_files() {
+    let dir = scratch("fork");
+    let out = Command::new(host_path())
+        .args(["--ms", "0", "--fork", "--perf-map", "--jitdump"])
+        .arg(&dir)
+        .env_remove("JIT_DUMP")
+        .env_remove("JIT_PERF_MAP")
+        .output()
+        .expect("run host");
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stderr}");
+    let host = HostReport::parse(&stdout);
+    let child: u32 = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("child "))
+        .expect("child pid")
+        .parse()
+        .unwrap();
+    let parent_map = std::fs::read_to_string(format!("/tmp/perf-{}.map", host.pid)).unwrap();
+    let child_map = std::fs::read_to_string(format!("/tmp/perf-{child}.map")).unwrap();
+    let names = |m: &str| -> Vec<String> {
+        m.lines()
+            .map(|l| l.splitn(3, ' ').nth(2).unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&parent_map), ["jit_hot_loop", "jit_outer"]);
+    assert_eq!(names(&child_map), ["jit_child"]);
+    for pid in [host.pid, child] {
+        let dump = std::fs::read(dir.join(format!("jit-{pid}.dump"))).expect("dump per process");
+        assert_eq!(
+            u32::from_le_bytes(dump[20..24].try_into().unwrap()),
+            pid,
+            "header pid"
+        );
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

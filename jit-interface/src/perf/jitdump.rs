@@ -52,44 +52,99 @@ fn thread_id() -> u32 {
 /// address is an error for that function, not a crash. Where the system call is not allowed
 /// (`ENOSYS`, `EPERM`: seccomp filters), the memory is read directly, relying on the
 /// documented contract that registered code is readable.
+///
+/// The kernel pins every page of every remote iovec, so functions are read as runs: a run
+/// joins functions that follow each other with at most a gap inside a page both already
+/// touch (so reading the gap cannot fault where reading the functions would not). Only a
+/// run that fails is read again function by function, to name the unreadable ones.
 pub fn code_bytes(object: &JitObject, buf: &mut Vec<u8>) -> Vec<Result<Range<usize>, String>> {
     let funcs = object.functions();
-    buf.clear();
-    let total: usize = funcs.iter().map(|f| f.size() as usize).sum();
-    buf.resize(total, 0);
-    let mut ranges = Vec::with_capacity(funcs.len());
-    let mut at = 0;
-    for f in funcs {
-        ranges.push(at..at + f.size() as usize);
-        at += f.size() as usize;
+    let mut order: Vec<usize> = (0..funcs.len()).collect();
+    order.sort_by_key(|&i| funcs[i].start());
+    // Runs: (first address, end address, first index into `order`, end index).
+    let mut runs: Vec<(u64, u64, usize, usize)> = Vec::new();
+    for (k, &i) in order.iter().enumerate() {
+        let f = &funcs[i];
+        match runs.last_mut() {
+            Some(r)
+                if f.start() >= r.1
+                    && (f.start() == r.1 || (r.1 - 1) / 4096 == f.start() / 4096) =>
+            {
+                r.1 = f.end();
+                r.3 = k + 1;
+            }
+            _ => runs.push((f.start(), f.end(), k, k + 1)),
+        }
     }
-    let mut result: Vec<Result<Range<usize>, String>> = ranges.iter().cloned().map(Ok).collect();
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    let mut next = 0;
-    while next < funcs.len() {
-        // The kernel accepts at most IOV_MAX (1024) remote iovecs per call.
-        let end = (next + 1024).min(funcs.len());
-        let remote: Vec<libc::iovec> = funcs[next..end]
+    buf.clear();
+    let mut result: Vec<Result<Range<usize>, String>> = vec![Ok(0..0); funcs.len()];
+    let mut items = Vec::with_capacity(runs.len());
+    for r in &runs {
+        let at = buf.len();
+        buf.resize(at + (r.1 - r.0) as usize, 0);
+        items.push((r.0, (r.1 - r.0) as usize, at));
+        for &i in &order[r.2..r.3] {
+            let off = at + (funcs[i].start() - r.0) as usize;
+            result[i] = Ok(off..off + funcs[i].size() as usize);
+        }
+    }
+    let read = read_memory(&items, buf);
+    for (r, outcome) in runs.iter().zip(read) {
+        if outcome.is_ok() {
+            continue;
+        }
+        let members = &order[r.2..r.3];
+        let singles: Vec<(u64, usize, usize)> = members
             .iter()
-            .map(|f| libc::iovec {
-                iov_base: f.start() as usize as *mut libc::c_void,
-                iov_len: f.size() as usize,
+            .map(|&i| {
+                let f = &funcs[i];
+                let at = result[i].as_ref().map_or(0, |x| x.start);
+                (f.start(), f.size() as usize, at)
             })
             .collect();
-        let span = ranges[next].start..ranges[end - 1].end;
-        let local = libc::iovec {
-            iov_base: buf[span.clone()].as_mut_ptr().cast(),
-            iov_len: span.len(),
-        };
-        // SAFETY: `local` points into `buf`, which is exactly `span.len()` writable bytes; the
-        // remote iovecs are only read by the kernel, which checks them and returns EFAULT
-        // instead of faulting.
+        for (&i, outcome) in members.iter().zip(read_memory(&singles, buf)) {
+            if let Err(e) = outcome {
+                result[i] = Err(unreadable(&funcs[i], &e));
+            }
+        }
+    }
+    result
+}
+
+/// Reads each `(address, length, offset in buf)` of our own memory into `buf`; per item,
+/// whether it could be read.
+fn read_memory(items: &[(u64, usize, usize)], buf: &mut [u8]) -> Vec<io::Result<()>> {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut out: Vec<io::Result<()>> = Vec::with_capacity(items.len());
+    let mut next = 0;
+    while next < items.len() {
+        // The kernel accepts at most IOV_MAX (1024) iovecs per side and call.
+        let end = (next + 1024).min(items.len());
+        let base = buf.as_mut_ptr();
+        let mut local = Vec::with_capacity(end - next);
+        let mut remote = Vec::with_capacity(end - next);
+        for &(addr, len, at) in &items[next..end] {
+            assert!(at + len <= buf.len(), "read target inside the buffer");
+            // SAFETY: `at + len <= buf.len()` (checked above), so the pointer stays inside
+            // `buf`.
+            local.push(libc::iovec {
+                iov_base: unsafe { base.add(at) }.cast(),
+                iov_len: len,
+            });
+            remote.push(libc::iovec {
+                iov_base: addr as usize as *mut libc::c_void,
+                iov_len: len,
+            });
+        }
+        // SAFETY: the local iovecs are disjoint writable ranges of `buf`, which outlives
+        // the call; the remote ones are only read by the kernel, which checks them and
+        // returns EFAULT instead of faulting.
         let n = unsafe {
             libc::process_vm_readv(
                 pid,
-                &local,
-                1,
+                local.as_ptr(),
+                local.len() as libc::c_ulong,
                 remote.as_ptr(),
                 remote.len() as libc::c_ulong,
                 0,
@@ -99,47 +154,45 @@ pub fn code_bytes(object: &JitObject, buf: &mut Vec<u8>) -> Vec<Result<Range<usi
             let err = io::Error::last_os_error();
             match err.raw_os_error() {
                 Some(libc::ENOSYS) | Some(libc::EPERM) => {
-                    for (i, f) in funcs.iter().enumerate().skip(next) {
-                        // SAFETY: the documented contract of perf output: registered code is
-                        // mapped readable at its address for `size` bytes while registering.
-                        let code = unsafe {
-                            std::slice::from_raw_parts(
-                                f.start() as usize as *const u8,
-                                f.size() as usize,
-                            )
-                        };
-                        buf[ranges[i].clone()].copy_from_slice(code);
+                    for &(addr, len, at) in &items[next..] {
+                        // SAFETY: the documented contract of the jitdump output: registered
+                        // code is mapped readable at its address while it is registered.
+                        let code =
+                            unsafe { std::slice::from_raw_parts(addr as usize as *const u8, len) };
+                        buf[at..at + len].copy_from_slice(code);
+                        out.push(Ok(()));
                     }
-                    return result;
+                    return out;
                 }
                 Some(libc::EFAULT) => {
-                    // The first function of this batch is not readable.
-                    let f = &funcs[next];
-                    result[next] = Err(unreadable(f, &err));
+                    // The first item of this batch is not readable.
+                    out.push(Err(err));
                     next += 1;
-                    continue;
                 }
                 _ => {
-                    for (i, f) in funcs.iter().enumerate().skip(next) {
-                        result[i] = Err(unreadable(f, &err));
+                    for _ in next..items.len() {
+                        out.push(Err(io::Error::from_raw_os_error(
+                            err.raw_os_error().unwrap_or(0),
+                        )));
                     }
-                    return result;
+                    return out;
                 }
             }
+            continue;
         }
-        // Transfers never split a remote iovec: `n` ends at a function boundary.
+        // Transfers never split a remote iovec: `n` ends at an item boundary.
         let mut got = n as usize;
-        while next < end && got >= funcs[next].size() as usize {
-            got -= funcs[next].size() as usize;
+        while next < end && got >= items[next].1 {
+            got -= items[next].1;
+            out.push(Ok(()));
             next += 1;
         }
         if next < end {
-            let err = io::Error::from_raw_os_error(libc::EFAULT);
-            result[next] = Err(unreadable(&funcs[next], &err));
+            out.push(Err(io::Error::from_raw_os_error(libc::EFAULT)));
             next += 1;
         }
     }
-    result
+    out
 }
 
 fn unreadable(f: &Function, err: &io::Error) -> String {
@@ -511,5 +564,38 @@ mod tests {
         assert_eq!(&buf[r[0].clone().unwrap()], &readable);
         let e = r[1].clone().unwrap_err();
         assert!(e.contains("`bad` at 0x10 (8 bytes) is not readable"), "{e}");
+    }
+
+    /// Two adjacent functions are read as one run; when the second one's page is gone, the
+    /// run fails and the re-read tells the readable one from the unreadable one.
+    #[test]
+    fn failed_run_is_reread_function_by_function() {
+        // SAFETY: a fresh private anonymous mapping of two pages; the second is unmapped
+        // again, the first is only read through `code_bytes` and unmapped at the end.
+        let p = unsafe {
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                8192,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(p, libc::MAP_FAILED);
+            assert_eq!(libc::munmap(p.cast::<u8>().add(4096).cast(), 4096), 0);
+            std::ptr::write_bytes(p.cast::<u8>().add(4096 - 16), 0xc3, 16);
+            p as u64
+        };
+        let mut o = JitObject::new();
+        o.add_function("before", p + 4096 - 32, 16).unwrap();
+        o.add_function("last_in_page", p + 4096 - 16, 16).unwrap();
+        o.add_function("next_page", p + 4096, 16).unwrap();
+        let mut buf = Vec::new();
+        let r = code_bytes(&o, &mut buf);
+        assert_eq!(&buf[r[0].clone().unwrap()], &[0u8; 16]);
+        assert_eq!(&buf[r[1].clone().unwrap()], &[0xc3u8; 16]);
+        assert!(r[2].clone().unwrap_err().contains("`next_page`"));
+        // SAFETY: our own first page, no longer referenced.
+        unsafe { libc::munmap(p as usize as *mut libc::c_void, 4096) };
     }
 }

@@ -11,8 +11,10 @@ use crate::model::{Function, JitObject};
 /// so spaces are fine; a line break would end the line early and is written as `\n` / `\r`
 /// (two characters) instead.
 pub fn map_line(f: &Function, out: &mut Vec<u8>) {
-    // Writing into a Vec cannot fail.
-    let _ = write!(out, "{:x} {:x} ", f.start(), f.size());
+    push_hex(f.start(), out);
+    out.push(b' ');
+    push_hex(u64::from(f.size()), out);
+    out.push(b' ');
     push_name(f.name(), out);
     out.push(b'\n');
 }
@@ -21,6 +23,15 @@ pub fn map_line(f: &Function, out: &mut Vec<u8>) {
 pub fn map_lines(object: &JitObject, out: &mut Vec<u8>) {
     for f in object.functions() {
         map_line(f, out);
+    }
+}
+
+/// Lower-case hex without `0x` or leading zeros (`{:x}`, without the formatting machinery,
+/// which costs more than the rest of the line).
+fn push_hex(v: u64, out: &mut Vec<u8>) {
+    let digits = (16 - v.leading_zeros() as usize / 4).max(1);
+    for k in (0..digits).rev() {
+        out.push(b"0123456789abcdef"[((v >> (4 * k)) & 0xf) as usize]);
     }
 }
 
@@ -101,11 +112,12 @@ mod tests {
         let mut o = JitObject::new();
         o.add_function("jit fn<a>", 0x7f00_1234_5670, 0x3a).unwrap();
         o.add_function("two\nlines", 0x10, 1).unwrap();
+        o.add_function("z", u64::MAX - 0x100, 0x100).unwrap();
         let mut out = Vec::new();
         map_lines(&o, &mut out);
         assert_eq!(
             String::from_utf8(out).unwrap(),
-            "7f0012345670 3a jit fn<a>\n10 1 two\\nlines\n"
+            "7f0012345670 3a jit fn<a>\n10 1 two\\nlines\nfffffffffffffeff 100 z\n"
         );
     }
 }
