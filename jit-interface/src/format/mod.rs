@@ -2,10 +2,55 @@
 //! module is its only implementation, shared by the encoder (registration), the reader, the
 //! core inspector and the GDB scripts.
 //!
-//! PLACEHOLDER: the codec is being written (issue 3). The public signatures below are fixed.
+//! A payload is a header, a string table shared by everything after it, and one or more
+//! object records (several when many small objects are consolidated into one debugger
+//! entry, each with its own live check). `wire` is the byte level (bounded little-endian
+//! reads, LEB128), `encode` and `decode` the two directions, `lines` the line-row opcodes
+//! and `frame` the compact frame-pointer description both directions share.
 
-use crate::error::{Error, Result};
-use crate::model::JitObject;
+mod decode;
+mod encode;
+mod frame;
+mod lines;
+mod wire;
+
+#[cfg(test)]
+mod tests;
+
+use crate::error::Result;
+use crate::model::{Arch, JitObject};
+
+/// The first four bytes of every compact payload ("JGCR": jit-gdb compact records). An ELF
+/// entry starts with `\x7fELF`, so the two payload kinds never collide.
+pub const MAGIC: [u8; 4] = *b"JGCR";
+
+/// The format version this code writes and the only one it reads.
+pub const VERSION: u8 = 1;
+
+/// Longest name or string-table entry, in bytes.
+pub const MAX_TEXT_LEN: u64 = 1 << 20;
+
+/// Largest count of anything (objects, strings, functions per object, rows, epilogues and
+/// blocks per function).
+pub const MAX_COUNT: u64 = (1 << 24) - 1;
+
+/// Architecture code in the header: the ELF `e_machine` value, which fits in a byte for
+/// every architecture we describe.
+pub(crate) fn arch_code(arch: Arch) -> u8 {
+    match arch {
+        Arch::X86_64 => 62,
+        Arch::Aarch64 => 183,
+    }
+}
+
+/// The architecture of a header code, if we know it.
+pub(crate) fn arch_from_code(code: u8) -> Option<Arch> {
+    match code {
+        62 => Some(Arch::X86_64),
+        183 => Some(Arch::Aarch64),
+        _ => None,
+    }
+}
 
 /// Where the reader can confirm that an entry is still registered: `address` holds `key`
 /// while the entry is live, and is cleared before the entry is freed.
@@ -42,17 +87,35 @@ impl std::fmt::Display for DecodeError {
 
 impl std::error::Error for DecodeError {}
 
-/// Encodes `object` as compact records.
+/// Encodes `object` as compact records: a payload holding one object record.
+///
+/// Fails with [`crate::Error::Unsupported`] if a function has variables (GDB's reader API
+/// cannot show them: use the ELF format), and with the object's own validation error if it
+/// is empty or its functions overlap.
 pub fn encode(object: &JitObject, live: Option<LiveCheck>) -> Result<Vec<u8>> {
-    let _ = (object, live);
-    Err(Error::Unsupported {
-        format: "compact records",
-        why: "not implemented yet".into(),
-    })
+    encode::encode_bundle(&[(object, live)])
 }
 
-/// Decodes a compact payload; never panics, whatever the bytes.
+/// Encodes several objects, each with its own live check, into one payload (one debugger
+/// entry). All objects must have the same architecture.
+pub fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Result<Vec<u8>> {
+    encode::encode_bundle(objects)
+}
+
+/// Decodes a compact payload holding exactly one object; never panics, whatever the bytes.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
-    let _ = bytes;
-    Err(DecodeError::NotOurs)
+    let mut all = decode::decode_all(bytes)?;
+    if all.len() != 1 {
+        return Err(DecodeError::Invalid(format!(
+            "the payload holds {} objects where exactly one was expected (use decode_all for bundles)",
+            all.len()
+        )));
+    }
+    Ok(all.remove(0))
+}
+
+/// Decodes every object record of a compact payload, in order; never panics, whatever the
+/// bytes. Time and memory are linear in the payload size.
+pub fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
+    decode::decode_all(bytes)
 }

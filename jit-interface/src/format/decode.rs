@@ -1,0 +1,402 @@
+//! Reads compact records back into [`JitObject`]s, through the model's validating setters,
+//! so a decoded object satisfies everything an encoded one did.
+//!
+//! The input is untrusted (memory of a live process or a core file from another machine):
+//! every read is bounded, every count is checked against the bytes that remain before
+//! anything is allocated for it, each loop runs at most once per input byte, and there is
+//! no recursion. Errors name the problem and its byte offset.
+
+use super::encode::{FUNCTION_BLOCKS, FUNCTION_KIND_MASK, FUNCTION_LINES, OBJECT_LIVE};
+use super::frame::{self, KIND_DEFAULT, KIND_FP, KIND_FP_CANONICAL};
+use super::lines;
+use super::wire::{invalid, Reader};
+use super::{arch_from_code, DecodeError, Decoded, LiveCheck, MAGIC, MAX_COUNT, VERSION};
+use crate::model::{Arch, CfaBase, FunctionId, JitObject, LineRow, UnwindRow};
+
+/// Fewest bytes each item can take, for bounding counts by the remaining input.
+const MIN_STRING_BYTES: usize = 2; // length, one byte
+const MIN_OBJECT_BYTES: usize = 7; // flags, count, one function
+const MIN_FUNCTION_BYTES: usize = 5; // name length, one byte, start, size, flags
+const MIN_UNWIND_ROW_BYTES: usize = 3;
+const MIN_EPILOGUE_BYTES: usize = 2;
+const MIN_BLOCK_BYTES: usize = 4;
+
+pub(crate) fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
+    if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
+        return Err(DecodeError::NotOurs);
+    }
+    let mut r = Reader::new(bytes);
+    r.bytes(MAGIC.len(), "the magic")?;
+    let at = r.pos();
+    let version = r.u8("the header")?;
+    if version != VERSION {
+        return Err(invalid(
+            format!("format version {version} is not supported: this reader reads version {VERSION} only"),
+            at,
+        ));
+    }
+    let at = r.pos();
+    let code = r.u8("the header")?;
+    let Some(arch) = arch_from_code(code) else {
+        return Err(invalid(
+            format!("unknown architecture code {code} (known: 62 x86-64, 183 aarch64)"),
+            at,
+        ));
+    };
+    let at = r.pos();
+    let pointer_size = r.u8("the header")?;
+    if pointer_size != arch.pointer_size() {
+        return Err(invalid(
+            format!(
+                "pointer size {pointer_size} does not match {} (pointer size {})",
+                arch.name(),
+                arch.pointer_size()
+            ),
+            at,
+        ));
+    }
+    let at = r.pos();
+    let flags = r.u8("the header")?;
+    if flags != 0 {
+        return Err(invalid(
+            format!("unknown header flags {flags:#04x}: version {VERSION} defines none"),
+            at,
+        ));
+    }
+
+    let n = r.count("the string count", MIN_STRING_BYTES, MAX_COUNT)?;
+    let mut strings = Vec::with_capacity(n);
+    for _ in 0..n {
+        strings.push(r.text("a string-table entry")?);
+    }
+
+    let at = r.pos();
+    let n = r.count("the object count", MIN_OBJECT_BYTES, MAX_COUNT)?;
+    if n == 0 {
+        return Err(invalid("the payload holds no object", at));
+    }
+    let mut objects = Vec::with_capacity(n);
+    for k in 0..n {
+        objects
+            .push(decode_object(&mut r, arch, &strings).map_err(within(|| format!("object {k}")))?);
+    }
+    if !r.is_at_end() {
+        return Err(invalid(
+            format!("{} unexpected byte(s) after the last object", r.remaining()),
+            r.pos(),
+        ));
+    }
+    Ok(objects)
+}
+
+/// Prefixes a decoding error with where it happened (only on the error path: no cost for
+/// valid payloads).
+fn within(prefix: impl FnOnce() -> String) -> impl FnOnce(DecodeError) -> DecodeError {
+    move |e| match e {
+        DecodeError::Invalid(why) => DecodeError::Invalid(format!("{}: {why}", prefix())),
+        other => other,
+    }
+}
+
+/// A model validation error, found at byte offset `at`. The prefix added by [`within`]
+/// names the function, so `BadRows` loses its own copy of the name.
+fn model_error(e: crate::Error, at: usize) -> DecodeError {
+    match e {
+        crate::Error::BadRows { why, .. } => invalid(why, at),
+        other => invalid(other, at),
+    }
+}
+
+fn decode_object(r: &mut Reader<'_>, arch: Arch, strings: &[&str]) -> Result<Decoded, DecodeError> {
+    let object_at = r.pos();
+    let flags = r.u8("an object's flags")?;
+    if flags & !OBJECT_LIVE != 0 {
+        return Err(invalid(
+            format!("unknown object flags {flags:#04x}"),
+            object_at,
+        ));
+    }
+    let live = if flags & OBJECT_LIVE != 0 {
+        let address = r.u64_le("a live check")?;
+        let at = r.pos();
+        let key = r.u64_le("a live check")?;
+        if key == 0 {
+            return Err(invalid(
+                "the live check key is 0, the value of a cleared slot",
+                at,
+            ));
+        }
+        Some(LiveCheck { address, key })
+    } else {
+        None
+    };
+    let at = r.pos();
+    let n = r.count("the function count", MIN_FUNCTION_BYTES, MAX_COUNT)?;
+    if n == 0 {
+        return Err(invalid("the object has no function", at));
+    }
+    let mut object = JitObject::with_arch(arch);
+    let mut state = State {
+        prev_end: 0,
+        line: 1,
+    };
+    for i in 0..n {
+        decode_function(r, &mut object, strings, &mut state, i)?;
+    }
+    object.validate().map_err(|e| invalid(e, object_at))?;
+    Ok(Decoded { object, live })
+}
+
+/// What a reader carries from one function to the next within an object.
+struct State {
+    prev_end: u64,
+    line: i64,
+}
+
+fn decode_function(
+    r: &mut Reader<'_>,
+    object: &mut JitObject,
+    strings: &[&str],
+    state: &mut State,
+    i: usize,
+) -> Result<(), DecodeError> {
+    let at = r.pos();
+    let name = r
+        .text("a function name")
+        .map_err(within(|| format!("function {i}")))?;
+    function_body(r, object, strings, state, name, at)
+        .map_err(within(|| format!("function {i} `{name}`")))
+}
+
+fn function_body(
+    r: &mut Reader<'_>,
+    object: &mut JitObject,
+    strings: &[&str],
+    state: &mut State,
+    name: &str,
+    at: usize,
+) -> Result<(), DecodeError> {
+    let delta = r.sleb("a function start")?;
+    let start = state.prev_end.wrapping_add(delta as u64);
+    let size = r.uleb("a function size")?;
+    let f = object
+        .add_function(name, start, size)
+        .map_err(|e| model_error(e, at))?;
+    // add_function checked that start + size does not overflow.
+    state.prev_end = start.wrapping_add(size);
+    let size = object.functions()[f].size();
+
+    let at = r.pos();
+    let flags = r.u8("a function's flags")?;
+    if flags & !(FUNCTION_KIND_MASK | FUNCTION_LINES | FUNCTION_BLOCKS) != 0 {
+        return Err(invalid(format!("unknown function flags {flags:#04x}"), at));
+    }
+    let at = r.pos();
+    match flags & FUNCTION_KIND_MASK {
+        KIND_DEFAULT => {}
+        KIND_FP_CANONICAL => {
+            let Some((push_end, setup_end, restore_end, ret_end)) =
+                frame::canonical(object.arch(), size)
+            else {
+                return Err(invalid(
+                    format!("{size} bytes are too few for the canonical frame-pointer prologue and epilogue"),
+                    at,
+                ));
+            };
+            object
+                .set_frame_pointer(f, push_end, setup_end)
+                .and_then(|()| object.add_epilogue(f, restore_end, ret_end))
+                .map_err(|e| model_error(e, at))?;
+        }
+        KIND_FP => decode_frame_pointer(r, object, f)?,
+        _ => decode_unwind_rows(r, object, f)?, // KIND_ROWS: the kind has two bits
+    }
+    if flags & FUNCTION_LINES != 0 {
+        decode_lines(r, object, f, strings, state)?;
+    }
+    if flags & FUNCTION_BLOCKS != 0 {
+        decode_blocks(r, object, f, strings)?;
+    }
+    Ok(())
+}
+
+fn decode_frame_pointer(
+    r: &mut Reader<'_>,
+    object: &mut JitObject,
+    f: FunctionId,
+) -> Result<(), DecodeError> {
+    let at = r.pos();
+    let push_end = r.uleb("a frame-pointer prologue")?;
+    let setup_len = r.uleb("a frame-pointer prologue")?;
+    let setup_end = push_end.checked_add(setup_len);
+    let (Ok(push_end), Some(Ok(setup_end))) =
+        (u32::try_from(push_end), setup_end.map(u32::try_from))
+    else {
+        return Err(invalid(
+            "a frame-pointer prologue offset does not fit in 32 bits",
+            at,
+        ));
+    };
+    object
+        .set_frame_pointer(f, push_end, setup_end)
+        .map_err(|e| model_error(e, at))?;
+    let n = r.count("the epilogue count", MIN_EPILOGUE_BYTES, MAX_COUNT)?;
+    let mut after = u64::from(setup_end);
+    for _ in 0..n {
+        let at = r.pos();
+        let restore = r.uleb("an epilogue")?;
+        let ret = r.uleb("an epilogue")?;
+        // after + restore + 1 and restore_end + ret + 1, in 64 bits first.
+        let restore_end = after.checked_add(restore).and_then(|v| v.checked_add(1));
+        let ret_end = restore_end
+            .and_then(|v| v.checked_add(ret))
+            .and_then(|v| v.checked_add(1));
+        let (Some(Ok(restore_end)), Some(Ok(ret_end))) =
+            (restore_end.map(u32::try_from), ret_end.map(u32::try_from))
+        else {
+            return Err(invalid("an epilogue offset does not fit in 32 bits", at));
+        };
+        object
+            .add_epilogue(f, restore_end, ret_end)
+            .map_err(|e| model_error(e, at))?;
+        after = u64::from(ret_end);
+    }
+    Ok(())
+}
+
+fn decode_unwind_rows(
+    r: &mut Reader<'_>,
+    object: &mut JitObject,
+    f: FunctionId,
+) -> Result<(), DecodeError> {
+    let rows_at = r.pos();
+    let n = r.count("the unwind row count", MIN_UNWIND_ROW_BYTES, MAX_COUNT)?;
+    let mut rows = Vec::with_capacity(n);
+    let mut offset = 0u64;
+    for j in 0..n {
+        let at = r.pos();
+        let adv = r.uleb("an unwind row")?;
+        let cfa = r.sleb("an unwind row")?;
+        let fp = r.sleb("an unwind row")?;
+        offset = offset.saturating_add(adv);
+        let cfa_base = if cfa & 1 == 0 {
+            CfaBase::Sp
+        } else {
+            CfaBase::Fp
+        };
+        let cfa_offset = (cfa >> 1).checked_mul(8).map(i32::try_from);
+        let fp_offset = fp.checked_mul(8).map(i32::try_from);
+        let (Ok(offset32), Some(Ok(cfa_offset)), Some(Ok(fp_offset))) =
+            (u32::try_from(offset), cfa_offset, fp_offset)
+        else {
+            return Err(invalid(
+                format!("unwind row {j}: an offset does not fit in 32 bits"),
+                at,
+            ));
+        };
+        rows.push(UnwindRow {
+            offset: offset32,
+            cfa_base,
+            cfa_offset,
+            fp_offset,
+        });
+    }
+    object
+        .set_unwind(f, &rows)
+        .map_err(|e| model_error(e, rows_at))
+}
+
+fn decode_lines(
+    r: &mut Reader<'_>,
+    object: &mut JitObject,
+    f: FunctionId,
+    strings: &[&str],
+    state: &mut State,
+) -> Result<(), DecodeError> {
+    let lines_at = r.pos();
+    let file = string(r, strings, "a file index")?;
+    let n = r.count("the line row count", 1, MAX_COUNT)?;
+    let mut rows = Vec::with_capacity(n);
+    let mut offset = 0u64;
+    for j in 0..n {
+        let at = r.pos();
+        let (adv, line_adv) = lines::read_row(r)?;
+        offset = offset.saturating_add(adv);
+        let line = state.line.checked_add(line_adv);
+        let Ok(offset32) = u32::try_from(offset) else {
+            return Err(invalid(
+                format!("line row {j}: offset {offset} does not fit in 32 bits"),
+                at,
+            ));
+        };
+        let Some(line32) = line.and_then(|l| u32::try_from(l).ok()).filter(|&l| l > 0) else {
+            return Err(invalid(
+                format!(
+                    "line row {j}: line {} + {line_adv} is outside 1..=2^32 - 1",
+                    state.line
+                ),
+                at,
+            ));
+        };
+        state.line = i64::from(line32);
+        rows.push(LineRow {
+            offset: offset32,
+            line: line32,
+        });
+    }
+    object
+        .set_lines(f, file, &rows)
+        .map_err(|e| model_error(e, lines_at))
+}
+
+fn decode_blocks(
+    r: &mut Reader<'_>,
+    object: &mut JitObject,
+    f: FunctionId,
+    strings: &[&str],
+) -> Result<(), DecodeError> {
+    let at = r.pos();
+    let n = r.count("the block count", MIN_BLOCK_BYTES, MAX_COUNT)?;
+    if n == 0 {
+        return Err(invalid(
+            "the block count is 0 although the function's flags announce blocks",
+            at,
+        ));
+    }
+    for _ in 0..n {
+        let at = r.pos();
+        let name = string(r, strings, "a block name index")?;
+        let start = r.uleb_u32("a block start")?;
+        let len = r.uleb_u32("a block length")?;
+        let parent = r.uleb_u32("a block parent")?;
+        let Some(end) = start.checked_add(len) else {
+            return Err(invalid(
+                format!("block `{name}`: start {start} + length {len} does not fit in 32 bits"),
+                at,
+            ));
+        };
+        let parent = parent.checked_sub(1);
+        object
+            .add_block(f, name, start, end, parent)
+            .map_err(|e| model_error(e, at))?;
+    }
+    Ok(())
+}
+
+/// A string-table reference.
+fn string<'s>(r: &mut Reader<'_>, strings: &[&'s str], what: &str) -> Result<&'s str, DecodeError> {
+    let at = r.pos();
+    let i = r.uleb(what)?;
+    usize::try_from(i)
+        .ok()
+        .and_then(|i| strings.get(i).copied())
+        .ok_or_else(|| {
+            invalid(
+                format!(
+                    "{what} {i} is outside the string table ({} strings)",
+                    strings.len()
+                ),
+                at,
+            )
+        })
+}

@@ -1,0 +1,262 @@
+//! Serialises [`JitObject`]s as compact records (layout: `docs/FORMAT.md`).
+//!
+//! Object records are written first, interning file and block names on the way; the header
+//! and the string table they index are put in front at the end.
+
+use std::collections::HashMap;
+
+use super::frame::{self, KIND_DEFAULT, KIND_FP, KIND_FP_CANONICAL, KIND_ROWS};
+use super::lines;
+use super::wire::Writer;
+use super::{arch_code, LiveCheck, MAGIC, MAX_COUNT, MAX_TEXT_LEN, VERSION};
+use crate::error::{Error, Result};
+use crate::model::{Arch, CfaBase, Frame, Function, JitObject};
+
+/// Object flag: a live check follows.
+pub(crate) const OBJECT_LIVE: u8 = 0x01;
+/// Function flags: bits 0-1 frame kind, then these.
+pub(crate) const FUNCTION_KIND_MASK: u8 = 0x03;
+pub(crate) const FUNCTION_LINES: u8 = 0x04;
+pub(crate) const FUNCTION_BLOCKS: u8 = 0x08;
+
+const FORMAT: &str = "compact records";
+
+fn unsupported(why: String) -> Error {
+    Error::Unsupported {
+        format: FORMAT,
+        why,
+    }
+}
+
+fn check_count(n: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if n as u64 > MAX_COUNT {
+        return Err(Error::TooLarge(format!(
+            "{} {n} is above the compact format's limit of {MAX_COUNT}",
+            what()
+        )));
+    }
+    Ok(())
+}
+
+fn check_text_len(s: &str, what: impl FnOnce() -> String) -> Result<()> {
+    if s.len() as u64 > MAX_TEXT_LEN {
+        return Err(Error::TooLarge(format!(
+            "{} is {} bytes long, above the compact format's limit of {MAX_TEXT_LEN}",
+            what(),
+            s.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The string table under construction: each distinct string once, in order of first use.
+#[derive(Default)]
+struct Strings<'a> {
+    list: Vec<&'a str>,
+    index: HashMap<&'a str, u64>,
+}
+
+impl<'a> Strings<'a> {
+    fn intern(&mut self, s: &'a str) -> u64 {
+        if let Some(&i) = self.index.get(s) {
+            return i;
+        }
+        let i = self.list.len() as u64;
+        self.list.push(s);
+        self.index.insert(s, i);
+        i
+    }
+}
+
+pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Result<Vec<u8>> {
+    let Some((first, _)) = objects.first() else {
+        return Err(unsupported(
+            "a payload needs at least one object, and none was given".into(),
+        ));
+    };
+    let arch = first.arch();
+    check_count(objects.len(), || {
+        "the number of objects in one payload".into()
+    })?;
+    let mut strings = Strings::default();
+    let mut body = Writer::default();
+    for (k, (object, live)) in objects.iter().enumerate() {
+        if object.arch() != arch {
+            return Err(unsupported(format!(
+                "object {k} is {} code but object 0 is {}: one payload holds one architecture",
+                object.arch().name(),
+                arch.name()
+            )));
+        }
+        write_object(&mut body, &mut strings, object, *live)?;
+    }
+    check_count(strings.list.len(), || {
+        "the number of distinct file and block names".into()
+    })?;
+
+    let mut w = Writer::default();
+    w.bytes(&MAGIC);
+    w.u8(VERSION);
+    w.u8(arch_code(arch));
+    w.u8(arch.pointer_size());
+    w.u8(0); // header flags: none defined in version 1
+    w.uleb(strings.list.len() as u64);
+    for s in &strings.list {
+        w.text(s);
+    }
+    w.uleb(objects.len() as u64);
+    w.bytes(&body.buf);
+    Ok(w.buf)
+}
+
+fn write_object<'a>(
+    w: &mut Writer,
+    strings: &mut Strings<'a>,
+    object: &'a JitObject,
+    live: Option<LiveCheck>,
+) -> Result<()> {
+    object.validate()?;
+    let functions = object.functions();
+    check_count(functions.len(), || {
+        "the number of functions in one object".into()
+    })?;
+    match live {
+        Some(live) => {
+            if live.key == 0 {
+                return Err(unsupported(
+                    "the live check key is 0, the value of a cleared slot: use a nonzero key"
+                        .into(),
+                ));
+            }
+            w.u8(OBJECT_LIVE);
+            w.u64_le(live.address);
+            w.u64_le(live.key);
+        }
+        None => w.u8(0),
+    }
+    w.uleb(functions.len() as u64);
+    // Function starts are deltas from the previous function's end; line numbers deltas from
+    // the previous row, across functions (the state a reader carries through the object).
+    let mut prev_end = 0u64;
+    let mut line = 1i64;
+    for f in functions {
+        write_function(w, strings, object.arch(), f, prev_end, &mut line)?;
+        prev_end = f.end();
+    }
+    Ok(())
+}
+
+fn write_function<'a>(
+    w: &mut Writer,
+    strings: &mut Strings<'a>,
+    arch: Arch,
+    f: &'a Function,
+    prev_end: u64,
+    line: &mut i64,
+) -> Result<()> {
+    let name = f.name();
+    if !f.variables().is_empty() {
+        return Err(unsupported(format!(
+            "function `{name}` has {} variable(s), and GDB's JIT reader API has no way to show variables: register it in the ELF format, or leave the variables out",
+            f.variables().len()
+        )));
+    }
+    check_text_len(name, || format!("the name of function `{name}`"))?;
+    w.text(name);
+    w.sleb(f.start().wrapping_sub(prev_end) as i64);
+    w.uleb(u64::from(f.size()));
+
+    let frame = f.frame();
+    let kind = match frame {
+        Frame::Default => KIND_DEFAULT,
+        _ if frame::is_canonical(frame, arch, f.size()) => KIND_FP_CANONICAL,
+        Frame::FramePointer { .. } => KIND_FP,
+        Frame::Rows(_) => KIND_ROWS,
+    };
+    let mut flags = kind;
+    if f.file().is_some() {
+        flags |= FUNCTION_LINES;
+    }
+    if !f.blocks().is_empty() {
+        flags |= FUNCTION_BLOCKS;
+    }
+    w.u8(flags);
+
+    // The model's setters guarantee the orderings the differences below rely on; wrapping
+    // arithmetic keeps a broken invariant from panicking (the decoder would refuse it).
+    match frame {
+        Frame::FramePointer {
+            push_end,
+            setup_end,
+            epilogues,
+        } if kind == KIND_FP => {
+            check_count(epilogues.len(), || {
+                format!("the number of epilogues of `{name}`")
+            })?;
+            w.uleb(u64::from(*push_end));
+            w.uleb(u64::from(setup_end.wrapping_sub(*push_end)));
+            w.uleb(epilogues.len() as u64);
+            let mut after = *setup_end;
+            for e in epilogues {
+                w.uleb(u64::from(e.restore_end.wrapping_sub(after).wrapping_sub(1)));
+                w.uleb(u64::from(
+                    e.ret_end.wrapping_sub(e.restore_end).wrapping_sub(1),
+                ));
+                after = e.ret_end;
+            }
+        }
+        Frame::Rows(rows) => {
+            check_count(rows.len(), || {
+                format!("the number of unwind rows of `{name}`")
+            })?;
+            w.uleb(rows.len() as u64);
+            let mut prev = 0u32;
+            for r in rows {
+                w.uleb(u64::from(r.offset.wrapping_sub(prev)));
+                let base = match r.cfa_base {
+                    CfaBase::Sp => 0,
+                    CfaBase::Fp => 1,
+                };
+                w.sleb(i64::from(r.cfa_offset / 8) * 2 + base);
+                w.sleb(i64::from(r.fp_offset / 8));
+                prev = r.offset;
+            }
+        }
+        _ => {}
+    }
+
+    if let Some(file) = f.file() {
+        check_text_len(file, || format!("the file name of `{name}`"))?;
+        let rows = f.lines();
+        check_count(rows.len(), || {
+            format!("the number of line rows of `{name}`")
+        })?;
+        w.uleb(strings.intern(file));
+        w.uleb(rows.len() as u64);
+        let mut offset = 0u32;
+        for r in rows {
+            let line_now = i64::from(r.line);
+            lines::write_row(
+                w,
+                u64::from(r.offset.wrapping_sub(offset)),
+                line_now - *line,
+            );
+            offset = r.offset;
+            *line = line_now;
+        }
+    }
+
+    let blocks = f.blocks();
+    if !blocks.is_empty() {
+        check_count(blocks.len(), || format!("the number of blocks of `{name}`"))?;
+        w.uleb(blocks.len() as u64);
+        for b in blocks {
+            check_text_len(&b.name, || format!("a block name of `{name}`"))?;
+            w.uleb(strings.intern(&b.name));
+            w.uleb(u64::from(b.start));
+            w.uleb(u64::from(b.end.wrapping_sub(b.start)));
+            w.uleb(b.parent.map_or(0, |p| u64::from(p) + 1));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,66 @@
+//! Line rows as DWARF-like special opcodes: one byte holds both the code-offset advance and
+//! the line advance of a typical row; opcode 0 escapes to two LEB128 numbers for the rest.
+
+use super::wire::{Reader, Writer};
+use super::DecodeError;
+
+/// Smallest line advance a special opcode encodes.
+pub(crate) const LINE_BASE: i64 = -3;
+/// Number of line advances per offset advance (`LINE_BASE ..= LINE_BASE + LINE_RANGE - 1`).
+pub(crate) const LINE_RANGE: u64 = 12;
+/// The escape opcode: ULEB128 offset advance, SLEB128 line advance follow.
+pub(crate) const ESCAPE: u8 = 0;
+/// First special opcode.
+pub(crate) const OPCODE_BASE: u8 = 1;
+
+/// Writes one row as an advance of `offset_adv` bytes and `line_adv` lines.
+pub(crate) fn write_row(w: &mut Writer, offset_adv: u64, line_adv: i64) {
+    let line_index = line_adv.wrapping_sub(LINE_BASE);
+    if (0..LINE_RANGE as i64).contains(&line_index) && line_adv >= LINE_BASE {
+        let n = offset_adv
+            .checked_mul(LINE_RANGE)
+            .and_then(|v| v.checked_add(line_index as u64))
+            .and_then(|v| v.checked_add(u64::from(OPCODE_BASE)));
+        if let Some(op) = n.filter(|&op| op <= 255) {
+            w.u8(op as u8);
+            return;
+        }
+    }
+    w.u8(ESCAPE);
+    w.uleb(offset_adv);
+    w.sleb(line_adv);
+}
+
+/// Reads one row: `(offset advance, line advance)`.
+pub(crate) fn read_row(r: &mut Reader<'_>) -> Result<(u64, i64), DecodeError> {
+    let op = r.u8("a line row")?;
+    if op == ESCAPE {
+        let adv = r.uleb("a line row's offset advance")?;
+        let line = r.sleb("a line row's line advance")?;
+        return Ok((adv, line));
+    }
+    let n = u64::from(op - OPCODE_BASE);
+    Ok((n / LINE_RANGE, (n % LINE_RANGE) as i64 + LINE_BASE))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_round_trips_and_typical_rows_take_one_byte() {
+        let advs = [0u64, 1, 2, 20, 21, 22, 1000, u64::from(u32::MAX)];
+        let lines = [-4i64, -3, -1, 0, 1, 8, 9, -1000, i64::MAX, i64::MIN];
+        for &a in &advs {
+            for &l in &lines {
+                let mut w = Writer::default();
+                write_row(&mut w, a, l);
+                let one_byte = (-3..=8).contains(&l) && a * 12 + ((l + 3) as u64) < 255;
+                assert_eq!(w.buf.len() == 1, one_byte, "adv {a} line {l}: {:?}", w.buf);
+                let mut r = Reader::new(&w.buf);
+                assert_eq!(read_row(&mut r).unwrap(), (a, l));
+                assert!(r.is_at_end());
+            }
+        }
+    }
+}

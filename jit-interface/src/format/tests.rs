@@ -1,0 +1,779 @@
+//! Tests of the compact-record codec: round trips of every model feature, sizes, and the
+//! decoder's behaviour on damaged input (truncation, byte flips, inflated counts).
+
+use super::wire::Writer;
+use super::*;
+use crate::error::Error;
+use crate::model::{Arch, BaseType, CfaBase, Frame, Location, UnwindRow, Variable, VariableKind};
+use crate::LineRow;
+
+fn rows(pairs: &[(u32, u32)]) -> Vec<LineRow> {
+    pairs
+        .iter()
+        .map(|&(offset, line)| LineRow { offset, line })
+        .collect()
+}
+
+/// An object using every feature: several files, nested blocks, every frame variant,
+/// functions out of address order and far apart, line jumps that need the escape opcode.
+fn rich_object() -> JitObject {
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    // Default frame, lines in main.js, nested blocks incl. an inlined region.
+    let f = o.add_function("jit_main", 0x7f12_3456_0000, 200).unwrap();
+    o.set_lines(
+        f,
+        "main.js",
+        &rows(&[
+            (0, 10),
+            (4, 11),
+            (9, 11),
+            (30, 8),
+            (31, 400),
+            (190, 2),
+            (199, 100_000),
+        ]),
+    )
+    .unwrap();
+    let outer = o.add_block(f, "loop", 10, 150, None).unwrap();
+    let inner = o
+        .add_block(f, "inlined_helper", 20, 60, Some(outer))
+        .unwrap();
+    o.add_block(f, "scope", 30, 40, Some(inner)).unwrap();
+    o.add_block(f, "inlined_helper", 160, 170, None).unwrap();
+    // Canonical frame-pointer frame, lines in lib.js; placed below the first function.
+    let g = o.add_function("jit_lib_add", 0x7f12_3455_ff00, 64).unwrap();
+    o.set_frame_pointer(g, 1, 4).unwrap();
+    o.add_epilogue(g, 63, 64).unwrap();
+    o.set_lines(g, "lib.js", &rows(&[(0, 1), (4, 2), (20, 3)]))
+        .unwrap();
+    // Frame pointer with two epilogues, back in main.js.
+    let h = o
+        .add_function("jit_two_exits", 0x7f12_3456_0100, 40)
+        .unwrap();
+    o.set_frame_pointer(h, 1, 4).unwrap();
+    o.add_epilogue(h, 12, 13).unwrap();
+    o.add_epilogue(h, 38, 39).unwrap();
+    o.set_lines(h, "main.js", &rows(&[(0, 50), (13, 52)]))
+        .unwrap();
+    // Frame pointer without an epilogue (never returns), a file with no rows.
+    let i = o
+        .add_function("jit_noreturn", 0x7f12_3456_0200, 16)
+        .unwrap();
+    o.set_frame_pointer(i, 1, 1).unwrap();
+    o.set_lines(i, "empty.js", &[]).unwrap();
+    // Explicit rows (rsp-mangling code), far away in the address space.
+    let j = o
+        .add_function("jit_rows", 0xffff_ffff_ffff_0000, 0xffff)
+        .unwrap();
+    o.set_unwind(
+        j,
+        &[
+            UnwindRow::X86_64_ENTRY,
+            UnwindRow {
+                offset: 1,
+                cfa_base: CfaBase::Sp,
+                cfa_offset: 16,
+                fp_offset: -16,
+            },
+            UnwindRow {
+                offset: 4,
+                cfa_base: CfaBase::Fp,
+                cfa_offset: 16,
+                fp_offset: -16,
+            },
+            UnwindRow {
+                offset: 0xfff0,
+                cfa_base: CfaBase::Sp,
+                cfa_offset: 4096,
+                fp_offset: -4096,
+            },
+        ],
+    )
+    .unwrap();
+    // A function at address 0 with a non-ASCII name and nothing else.
+    o.add_function("jit_ünïcode_名前", 0, 1).unwrap();
+    o
+}
+
+/// A small object: what most JIT batches look like.
+fn small_object(arch: Arch, base: u64, names: &[&str]) -> JitObject {
+    let mut o = JitObject::with_arch(arch);
+    for (n, name) in names.iter().enumerate() {
+        let f = o.add_function(name, base + 64 * n as u64, 48).unwrap();
+        let (push_end, setup_end, restore_end, ret_end) = frame::canonical(arch, 48).unwrap();
+        o.set_frame_pointer(f, push_end, setup_end).unwrap();
+        o.add_epilogue(f, restore_end, ret_end).unwrap();
+        o.set_lines(
+            f,
+            "small.js",
+            &rows(&[(0, 3 + n as u32), (8, 4 + n as u32)]),
+        )
+        .unwrap();
+    }
+    o
+}
+
+const LIVE: LiveCheck = LiveCheck {
+    address: 0x5555_5555_a010,
+    key: 0x9e37_79b9_7f4a_7c15,
+};
+
+/// Payloads for the damage tests: single objects with and without a live check, a bundle.
+fn sample_payloads() -> Vec<Vec<u8>> {
+    let rich = rich_object();
+    let a = small_object(Arch::X86_64, 0x1000, &["a1", "a2"]);
+    let b = small_object(Arch::X86_64, 0x9000, &["b1"]);
+    vec![
+        encode(&rich, Some(LIVE)).unwrap(),
+        encode(&rich, None).unwrap(),
+        encode_bundle(&[(&a, Some(LIVE)), (&b, None), (&rich, Some(LIVE))]).unwrap(),
+        encode(&small_object(Arch::Aarch64, 0x4000_0000, &["arm"]), None).unwrap(),
+    ]
+}
+
+#[test]
+fn round_trips_every_feature() {
+    let rich = rich_object();
+    for live in [Some(LIVE), None] {
+        let bytes = encode(&rich, live).unwrap();
+        let d = decode(&bytes).unwrap();
+        assert_eq!(d.object, rich);
+        assert_eq!(d.live, live);
+    }
+    // Every frame variant and several files are really in there.
+    let kinds: Vec<_> = rich
+        .functions()
+        .iter()
+        .map(|f| std::mem::discriminant(f.frame()))
+        .collect();
+    assert!(kinds.contains(&std::mem::discriminant(&Frame::Default)));
+    assert!(kinds.contains(&std::mem::discriminant(&Frame::Rows(vec![]))));
+    for arch in [Arch::X86_64, Arch::Aarch64] {
+        let o = small_object(arch, 0x10_0000, &["x", "y", "z"]);
+        assert!(frame::is_canonical(o.functions()[0].frame(), arch, 48));
+        let d = decode(&encode(&o, Some(LIVE)).unwrap()).unwrap();
+        assert_eq!(d.object, o);
+        assert_eq!(d.object.arch(), arch);
+    }
+}
+
+#[test]
+fn bundles_round_trip_in_order() {
+    let a = small_object(Arch::X86_64, 0x1000, &["a1", "a2"]);
+    let b = small_object(Arch::X86_64, 0x1000, &["b1"]); // same addresses: other objects may
+    let rich = rich_object();
+    let input = [
+        (&a, Some(LIVE)),
+        (&b, None),
+        (&rich, Some(LiveCheck { address: 8, key: 1 })),
+    ];
+    let bytes = encode_bundle(&input).unwrap();
+    let out = decode_all(&bytes).unwrap();
+    assert_eq!(out.len(), 3);
+    for ((o, live), d) in input.iter().zip(&out) {
+        assert_eq!(&d.object, *o);
+        assert_eq!(&d.live, live);
+    }
+    let e = decode(&bytes).unwrap_err();
+    assert!(e.to_string().contains("holds 3 objects"), "{e}");
+    // A bundle of one is exactly what encode writes.
+    assert_eq!(
+        encode_bundle(&[(&a, None)]).unwrap(),
+        encode(&a, None).unwrap()
+    );
+}
+
+/// A tiny deterministic generator (xorshift64*) for property tests.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    /// Below `big` once in `rare` draws, else below `small`.
+    fn mostly_below(&mut self, rare: u64, big: u64, small: u64) -> u64 {
+        let n = if self.below(rare) == 0 { big } else { small };
+        self.below(n)
+    }
+}
+
+/// A random valid object: random calls of the model's setters, keeping those it accepts.
+fn random_object(rng: &mut Rng) -> JitObject {
+    let arch = if rng.below(4) == 0 {
+        Arch::Aarch64
+    } else {
+        Arch::X86_64
+    };
+    let mut o = JitObject::with_arch(arch);
+    let mut addr = rng.next() >> rng.below(64);
+    let files = ["a.js", "b.py", "c/d/e.lua"];
+    for n in 0..1 + rng.below(6) {
+        let size = 1 + rng.mostly_below(8, 100_000, 300);
+        addr = addr.wrapping_add(rng.below(1000));
+        let name = format!("fn{n}_{}", rng.below(1000));
+        let Ok(f) = o.add_function(&name, addr, size) else {
+            continue;
+        };
+        addr = addr.wrapping_add(size);
+        let size = size as u32;
+        match rng.below(4) {
+            0 => {}
+            1 => {
+                let p = 1 + rng.below(4) as u32;
+                if o.set_frame_pointer(f, p, p + rng.below(4) as u32).is_ok() {
+                    let mut at = p + 4;
+                    for _ in 0..rng.below(3) {
+                        let r = at + 1 + rng.below(20) as u32;
+                        let _ = o.add_epilogue(f, r, r + 1 + rng.below(4) as u32);
+                        at = r + 5;
+                    }
+                }
+            }
+            2 => {
+                if let Some((p, s, r, e)) = frame::canonical(arch, size) {
+                    o.set_frame_pointer(f, p, s).unwrap();
+                    o.add_epilogue(f, r, e).unwrap();
+                }
+            }
+            _ => {
+                let mut rows = vec![UnwindRow::X86_64_ENTRY];
+                let mut off = 0;
+                for _ in 0..rng.below(5) {
+                    off += 1 + rng.below(30) as u32;
+                    let fp = rng.below(2) == 0;
+                    rows.push(UnwindRow {
+                        offset: off,
+                        cfa_base: if fp { CfaBase::Fp } else { CfaBase::Sp },
+                        cfa_offset: 16 + 8 * rng.below(100) as i32,
+                        fp_offset: -16 - 8 * rng.below(10) as i32,
+                    });
+                }
+                let _ = o.set_unwind(f, &rows);
+            }
+        }
+        if rng.below(4) != 0 {
+            let mut rs = Vec::new();
+            let mut off = rng.below(3) as u32;
+            for _ in 0..rng.below(20) {
+                rs.push(LineRow {
+                    offset: off,
+                    line: 1 + rng.mostly_below(5, 1 << 32, 50) as u32 % u32::MAX,
+                });
+                off += 1 + rng.mostly_below(5, 1000, 25) as u32;
+            }
+            let file = files[rng.below(3) as usize];
+            let _ = o.set_lines(f, file, &rs);
+        }
+        for b in 0..rng.below(4) {
+            let start = rng.below(u64::from(size)) as u32;
+            let end = start + 1 + rng.below(u64::from(size - start)) as u32;
+            let parent = (b > 0 && rng.below(2) == 0).then(|| rng.below(b) as u32);
+            let _ = o.add_block(
+                f,
+                ["blk", "inl", "scope"][rng.below(3) as usize],
+                start,
+                end,
+                parent,
+            );
+        }
+    }
+    o
+}
+
+#[test]
+fn random_objects_round_trip() {
+    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut done = 0;
+    for _ in 0..2000 {
+        let o = random_object(&mut rng);
+        if o.validate().is_err() {
+            continue;
+        }
+        let live = (rng.below(2) == 0).then(|| LiveCheck {
+            address: rng.next(),
+            key: rng.next() | 1,
+        });
+        let bytes = encode(&o, live).unwrap();
+        let d = decode(&bytes).unwrap();
+        assert_eq!(d.object, o);
+        assert_eq!(d.live, live);
+        done += 1;
+    }
+    assert!(done > 1000, "only {done} random objects were valid");
+}
+
+#[test]
+fn encoder_refuses_what_the_format_cannot_carry() {
+    let mut o = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
+    o.add_variable(
+        1,
+        Variable {
+            name: "x".into(),
+            kind: VariableKind::Local,
+            ty: BaseType::I64,
+            location: Location::FrameOffset(-24),
+        },
+    )
+    .unwrap();
+    let e = encode(&o, None).unwrap_err();
+    assert!(matches!(e, Error::Unsupported { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("`g`") && msg.contains("variable") && msg.contains("ELF"),
+        "{msg}"
+    );
+
+    assert_eq!(
+        encode(&JitObject::new(), None).unwrap_err(),
+        Error::EmptyObject
+    );
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    o.add_function("a", 0x1000, 16).unwrap();
+    o.add_function("b", 0x100f, 16).unwrap();
+    assert!(matches!(encode(&o, None), Err(Error::Overlap { .. })));
+
+    let x = small_object(Arch::X86_64, 0x1000, &["x"]);
+    let y = small_object(Arch::Aarch64, 0x1000, &["y"]);
+    let e = encode_bundle(&[(&x, None), (&y, None)]).unwrap_err();
+    assert!(e.to_string().contains("one architecture"), "{e}");
+    assert!(encode_bundle(&[])
+        .unwrap_err()
+        .to_string()
+        .contains("at least one object"));
+    let e = encode(
+        &x,
+        Some(LiveCheck {
+            address: 0x1000,
+            key: 0,
+        }),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("key is 0"), "{e}");
+}
+
+#[test]
+fn foreign_payloads_are_not_ours() {
+    let elf = b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0";
+    assert_eq!(decode_all(elf), Err(DecodeError::NotOurs));
+    assert_eq!(decode_all(b""), Err(DecodeError::NotOurs));
+    assert_eq!(decode_all(b"JGC"), Err(DecodeError::NotOurs));
+    assert_eq!(decode(&[0; 64]), Err(DecodeError::NotOurs));
+}
+
+#[test]
+fn header_problems_are_named() {
+    let good = encode(&small_object(Arch::X86_64, 0x1000, &["f"]), None).unwrap();
+    let with = |at: usize, v: u8| {
+        let mut b = good.clone();
+        b[at] = v;
+        decode_all(&b).unwrap_err().to_string()
+    };
+    assert_eq!(
+        with(4, 2),
+        "format version 2 is not supported: this reader reads version 1 only, at byte offset 4"
+    );
+    assert!(with(5, 3).contains("unknown architecture code 3"));
+    assert!(with(6, 4).contains("pointer size 4 does not match x86-64"));
+    assert!(with(7, 0x80).contains("unknown header flags 0x80"));
+    let mut trailing = good.clone();
+    trailing.push(0);
+    assert!(decode_all(&trailing)
+        .unwrap_err()
+        .to_string()
+        .contains("1 unexpected byte(s) after the last object"));
+}
+
+/// A payload header for x86-64 followed by `strings` string-table entries.
+fn header(strings: &[&str]) -> Writer {
+    let mut w = Writer::default();
+    w.bytes(&MAGIC);
+    w.bytes(&[VERSION, 62, 8, 0]);
+    w.uleb(strings.len() as u64);
+    for s in strings {
+        w.text(s);
+    }
+    w
+}
+
+#[test]
+fn model_rules_are_enforced_with_offsets() {
+    // Two overlapping functions: b starts 8 bytes before a ends.
+    let mut w = header(&[]);
+    w.uleb(1); // objects
+    w.u8(0); // no live check
+    w.uleb(2);
+    w.text("a");
+    w.sleb(0x1000);
+    w.uleb(16);
+    w.u8(0);
+    w.text("b");
+    w.sleb(-8);
+    w.uleb(16);
+    w.u8(0);
+    let e = decode_all(&w.buf).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "object 0: functions `a` and `b` overlap: functions of one object must not share addresses, at byte offset 10"
+    );
+
+    // A line row outside its function.
+    let mut w = header(&["x.js"]);
+    let rows_at = w.buf.len() + 9;
+    w.uleb(1);
+    w.u8(0);
+    w.uleb(1);
+    w.text("f");
+    w.sleb(0x1000);
+    w.uleb(8);
+    w.u8(super::encode::FUNCTION_LINES);
+    w.uleb(0); // file
+    w.uleb(2);
+    w.u8(0);
+    w.uleb(0);
+    w.sleb(0);
+    w.u8(0);
+    w.uleb(8);
+    w.sleb(1);
+    let e = decode_all(&w.buf).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("object 0: function 0 `f`: line row 1 at offset 8 is outside the function (size 8), at byte offset {rows_at}")
+    );
+
+    // A block whose parent comes after it, and a string index out of range.
+    for (parent, name_index, want) in [
+        (2, 0, "block `x.js`: parent block 1 does not exist"),
+        (
+            0,
+            7,
+            "a block name index 7 is outside the string table (1 strings)",
+        ),
+    ] {
+        let mut w = header(&["x.js"]);
+        w.uleb(1);
+        w.u8(0);
+        w.uleb(1);
+        w.text("f");
+        w.sleb(0x1000);
+        w.uleb(8);
+        w.u8(super::encode::FUNCTION_BLOCKS);
+        w.uleb(1);
+        w.uleb(name_index);
+        w.uleb(0);
+        w.uleb(4);
+        w.uleb(parent);
+        let e = decode_all(&w.buf).unwrap_err().to_string();
+        assert!(e.starts_with("object 0: function 0 `f`: "), "{e}");
+        assert!(e.contains(want), "{e}");
+    }
+
+    // A name that is not UTF-8, and one with a NUL.
+    for (name, want) in [
+        (&b"a\xffb"[..], "is not valid UTF-8, at byte offset 14"),
+        (b"a\0b", "contains a NUL byte, at byte offset 14"),
+    ] {
+        let mut w = header(&[]);
+        w.uleb(1);
+        w.u8(0);
+        w.uleb(1);
+        w.uleb(3);
+        w.bytes(name);
+        w.bytes(&[0, 1, 0]);
+        let e = decode_all(&w.buf).unwrap_err().to_string();
+        assert_eq!(e, format!("object 0: function 0: a function name {want}"));
+    }
+}
+
+#[test]
+fn every_truncation_is_an_error() {
+    for p in sample_payloads() {
+        for len in 0..p.len() {
+            match decode_all(&p[..len]) {
+                Err(DecodeError::NotOurs) => assert!(len < 4, "prefix {len} refused as not ours"),
+                Err(DecodeError::Invalid(why)) => {
+                    assert!(why.contains(", at byte offset "), "{why}")
+                }
+                Ok(_) => panic!("a prefix of {len} of {} bytes decoded", p.len()),
+            }
+        }
+        assert!(decode_all(&p).is_ok());
+    }
+}
+
+#[test]
+fn byte_flips_give_an_error_or_a_consistent_object() {
+    let mut accepted = 0;
+    let mut refused = 0;
+    for p in sample_payloads() {
+        for at in 0..p.len() {
+            for mask in [0x01u8, 0x02, 0x10, 0x40, 0x80, 0xff] {
+                let mut b = p.clone();
+                b[at] ^= mask;
+                match decode_all(&b) {
+                    Ok(objects) => {
+                        accepted += 1;
+                        let input: Vec<_> = objects.iter().map(|d| (&d.object, d.live)).collect();
+                        let again = decode_all(&encode_bundle(&input).unwrap()).unwrap();
+                        assert_eq!(again, objects);
+                    }
+                    Err(DecodeError::NotOurs) => assert!(at < 4),
+                    Err(DecodeError::Invalid(_)) => refused += 1,
+                }
+            }
+        }
+    }
+    // Both outcomes happen: flips in addresses and keys stay valid, flips in structure do not.
+    assert!(
+        accepted > 0 && refused > 0,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+#[test]
+fn inflated_counts_fail_without_allocating() {
+    let huge = [u64::from(u32::MAX), u64::MAX, MAX_COUNT, MAX_COUNT + 1];
+    for &n in &huge {
+        // The string count.
+        let mut w = header(&[]);
+        w.buf.truncate(w.buf.len() - 1);
+        w.uleb(n);
+        w.bytes(&[1, b'x']);
+        let e = decode_all(&w.buf).unwrap_err().to_string();
+        assert!(e.contains("the string count"), "{e}");
+        // The object count.
+        let mut w = header(&[]);
+        w.uleb(n);
+        w.bytes(&[0; 32]);
+        assert!(decode_all(&w.buf)
+            .unwrap_err()
+            .to_string()
+            .contains("the object count"));
+        // The function count.
+        let mut w = header(&[]);
+        w.uleb(1);
+        w.u8(0);
+        w.uleb(n);
+        w.bytes(&[0; 32]);
+        let e = decode_all(&w.buf).unwrap_err().to_string();
+        assert!(e.contains("object 0: the function count"), "{e}");
+        // Line rows, unwind rows, epilogues and blocks of one function; and a string length.
+        for (flags, prefix) in [
+            (super::encode::FUNCTION_LINES, vec![0u64]),
+            (frame::KIND_ROWS, vec![]),
+            (frame::KIND_FP, vec![1, 3]),
+            (super::encode::FUNCTION_BLOCKS, vec![]),
+        ] {
+            let mut w = header(&["x.js"]);
+            w.uleb(1);
+            w.u8(0);
+            w.uleb(1);
+            w.text("f");
+            w.sleb(0x1000);
+            w.uleb(100);
+            w.u8(flags);
+            for v in prefix {
+                w.uleb(v);
+            }
+            w.uleb(n);
+            w.bytes(&[1; 40]);
+            let e = decode_all(&w.buf).unwrap_err().to_string();
+            assert!(
+                e.contains("count") && (e.contains("cannot fit") || e.contains("limit")),
+                "{e}"
+            );
+        }
+        let mut w = header(&[]);
+        w.uleb(1);
+        w.u8(0);
+        w.uleb(1);
+        w.uleb(n);
+        w.bytes(b"name");
+        let e = decode_all(&w.buf).unwrap_err().to_string();
+        assert!(e.contains("a function name is"), "{e}");
+    }
+}
+
+/// The function of the size goal: 8 line rows and a standard frame-pointer frame.
+fn goal_function(o: &mut JitObject, n: u32, name: &str) {
+    let start = 0x7f00_0000_0000 + 96 * u64::from(n);
+    let f = o.add_function(name, start, 90).unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_epilogue(f, 89, 90).unwrap();
+    let base = 1 + 12 * n;
+    let pairs = [
+        (0, 0),
+        (4, 1),
+        (9, 1),
+        (17, 2),
+        (30, 4),
+        (41, 3),
+        (60, 5),
+        (80, 7),
+    ];
+    let rows: Vec<_> = pairs
+        .iter()
+        .map(|&(offset, d)| LineRow {
+            offset,
+            line: base + d,
+        })
+        .collect();
+    o.set_lines(f, "app/script.js", &rows).unwrap();
+}
+
+#[test]
+fn sizes_meet_the_goal() {
+    let name = |n: u32| format!("jit_function_{n:08}"); // 21 characters
+    let object_of = |count: u32| {
+        let mut o = JitObject::with_arch(Arch::X86_64);
+        for n in 0..count {
+            goal_function(&mut o, n, &name(n));
+        }
+        o
+    };
+    let name_len = name(0).len();
+    let one = encode(&object_of(1), Some(LIVE)).unwrap().len();
+    let one_no_live = encode(&object_of(1), None).unwrap().len();
+    let two = encode(&object_of(2), Some(LIVE)).unwrap().len();
+    let thousand = encode(&object_of(1000), Some(LIVE)).unwrap().len();
+    // Fixed part: header 8, string table 1 + 1 + 13 ("app/script.js"), object count 1,
+    // object flags 1, live check 16, function count 1 (2 bytes from 128 functions on).
+    let fixed_no_live = 8 + 15 + 1 + 1 + 1;
+    let record = one_no_live - fixed_no_live;
+    let per_function = (thousand - fixed_no_live - 16 - 1) as f64 / 1000.0;
+    let amortised = thousand as f64 / 1000.0;
+    println!(
+        "compact sizes, function with a {name_len}-character name, 8 line rows, standard frame-pointer frame:\n  \
+         function record: {record} B = name {name_len} + {} B\n  \
+         alone in an object: {one} B payload with live check, {one_no_live} B without\n  \
+         second function in the same object: {} B\n  \
+         1000 functions in one object: {thousand} B, {per_function:.2} B per function record, \
+         {amortised:.2} B per function amortised (all headers included)",
+        record - name_len,
+        two - one
+    );
+    assert!(record <= 24 + name_len, "record {record}");
+    assert!(two - one <= 24 + name_len);
+    assert!(amortised <= (24 + name_len) as f64, "amortised {amortised}");
+    // The thousand decode back to what was encoded.
+    let o = object_of(1000);
+    assert_eq!(decode(&encode(&o, None).unwrap()).unwrap().object, o);
+}
+
+#[test]
+fn many_functions_decode() {
+    // The scale of the later benchmark: 100,000 functions in 100 objects of one payload.
+    let objects: Vec<JitObject> = (0..100)
+        .map(|k| {
+            let mut o = JitObject::with_arch(Arch::X86_64);
+            for n in 0..1000 {
+                goal_function(&mut o, k * 1000 + n, &format!("f{k}_{n}"));
+            }
+            o
+        })
+        .collect();
+    let input: Vec<_> = objects
+        .iter()
+        .enumerate()
+        .map(|(k, o)| {
+            (
+                o,
+                Some(LiveCheck {
+                    address: 0x1000 + 8 * k as u64,
+                    key: 1 + k as u64,
+                }),
+            )
+        })
+        .collect();
+    let bytes = encode_bundle(&input).unwrap();
+    let out = decode_all(&bytes).unwrap();
+    assert_eq!(out.len(), 100);
+    assert!(out.iter().zip(&objects).all(|(d, o)| &d.object == o));
+}
+
+/// The worked example of docs/FORMAT.md.
+fn doc_example() -> (JitObject, LiveCheck) {
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o.add_function("fib", 0x7f00_0000_1000, 48).unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_epilogue(f, 47, 48).unwrap();
+    o.set_lines(f, "fib.js", &rows(&[(0, 1), (4, 2), (16, 3), (30, 2)]))
+        .unwrap();
+    o.add_block(f, "loop", 12, 40, None).unwrap();
+    let g = o.add_function("add", 0x7f00_0000_1040, 24).unwrap();
+    o.set_unwind(
+        g,
+        &[
+            UnwindRow::X86_64_ENTRY,
+            UnwindRow {
+                offset: 4,
+                cfa_base: CfaBase::Sp,
+                cfa_offset: 48,
+                fp_offset: 0,
+            },
+        ],
+    )
+    .unwrap();
+    o.set_lines(g, "lib.js", &rows(&[(0, 40), (9, 41)]))
+        .unwrap();
+    (
+        o,
+        LiveCheck {
+            address: 0x5555_5555_8010,
+            key: 0x0123_4567_89ab_cdef,
+        },
+    )
+}
+
+fn hex_dump(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for (i, chunk) in bytes.chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        out.push_str(&format!("{:04x}: {}\n", i * 16, hex.join(" ")));
+    }
+    out
+}
+
+#[test]
+fn format_md_shows_real_encoder_output() {
+    let (o, live) = doc_example();
+    let bytes = encode(&o, Some(live)).unwrap();
+    assert_eq!(decode(&bytes).unwrap().object, o);
+    let dump = hex_dump(&bytes);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMAT.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    assert!(
+        doc.contains(&dump),
+        "docs/FORMAT.md must show the encoder's output for the worked example ({} bytes):\n{dump}",
+        bytes.len()
+    );
+}
+
+/// Writes the sample payloads as fuzzing seeds when `JIT_GDB_FUZZ_SEEDS` names a directory
+/// (scripts/fuzz.sh does); always checks that they decode.
+#[test]
+fn seeds_decode() {
+    let mut all = sample_payloads();
+    all.push(encode(&doc_example().0, Some(doc_example().1)).unwrap());
+    let mut rng = Rng(7);
+    while all.len() < 40 {
+        let o = random_object(&mut rng);
+        if o.validate().is_ok() {
+            all.push(encode(&o, (rng.below(2) == 0).then_some(LIVE)).unwrap());
+        }
+    }
+    for p in &all {
+        assert!(decode_all(p).is_ok());
+    }
+    if let Some(dir) = std::env::var_os("JIT_GDB_FUZZ_SEEDS") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (i, p) in all.iter().enumerate() {
+            std::fs::write(dir.join(format!("seed-{i:02}")), p).unwrap();
+        }
+    }
+}
