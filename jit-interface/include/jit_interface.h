@@ -25,19 +25,6 @@ typedef enum jit_location_kind { JIT_LOC_REGISTER = 0, JIT_LOC_FRAME_OFFSET = 1 
 
 
 /**
- * "JiTD" read as a host-order u32.
- */
-#define JITDUMP_MAGIC 1248416836
-
-#define JIT_CODE_LOAD 0
-
-#define JIT_CODE_DEBUG_INFO 2
-
-#define JIT_CODE_CLOSE 3
-
-#define JIT_CODE_UNWINDING_INFO 4
-
-/**
  * An object under construction: a batch of functions that becomes one debugger entry.
  */
 typedef struct jit_object jit_object;
