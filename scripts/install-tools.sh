@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the Debian packages named as arguments' tools when they are missing.
+# Usage: scripts/install-tools.sh gdb lldb valgrind perf libclang
+set -euo pipefail
+need=()
+for tool in "$@"; do
+  case "$tool" in
+    gdb) { command -v gdb >/dev/null && [ -f /usr/include/gdb/jit-reader.h ]; } || need+=(gdb) ;;
+    lldb) command -v lldb >/dev/null || need+=(lldb) ;;
+    valgrind) command -v valgrind >/dev/null || need+=(valgrind) ;;
+    perf) command -v perf >/dev/null || need+=(linux-perf) ;;
+    cc) command -v cc >/dev/null || need+=(gcc) ;;
+    libclang) { ls /usr/lib/llvm-*/lib/libclang.so* || ldconfig -p | grep -q 'libclang\.so'; } >/dev/null 2>&1 || need+=(libclang-dev) ;;
+    *) echo "install-tools.sh: unknown tool $tool" >&2; exit 2 ;;
+  esac
+done
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "== installing Debian packages: ${need[*]}"
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+$sudo_cmd apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${need[@]}" >/dev/null

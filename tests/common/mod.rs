@@ -1,0 +1,699 @@
+//! Shared harness of the end-to-end tests: runs real debuggers (`gdb -batch -nx`, `lldb
+//! --batch`) on the JIT test host, captures the whole transcript (stdout and stderr of the
+//! debugger and of the debuggee, in order), and parses backtraces.
+//!
+//! Every failure message prints the complete transcript, so a red test explains itself.
+//! Use from a test file with `mod common;` (items a given file does not use are allowed to
+//! be dead code).
+#![allow(dead_code)]
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The Rust JIT test host (built by cargo for the integration tests).
+pub fn testhost() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_jit-gdb-testhost"))
+}
+
+/// The scenario's call chain from the usual breakpoint outwards (innermost first). JIT
+/// functions are `jit_entry`, `jit_middle`, `jit_frameless`, `jit_second`; the rest is
+/// native. The C host uses the same names.
+pub const CHAIN: [&str; 7] = [
+    "jit_test_break_here",
+    "jit_second",
+    "jit_test_callback",
+    "jit_frameless",
+    "jit_middle",
+    "jit_entry",
+    "run_jit",
+];
+
+/// The JIT functions of the scenario.
+pub const JIT_FUNCTIONS: [&str; 4] = ["jit_entry", "jit_middle", "jit_frameless", "jit_second"];
+
+// ---------------------------------------------------------------------------------------
+// Tools and temporary directories
+
+/// Is `tool` runnable (`tool --version` succeeds)?
+pub fn have_tool(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// Returns false (and prints why) when `tool` is missing, so the caller can skip.
+pub fn require_tool(tool: &str, test: &str) -> bool {
+    if have_tool(tool) {
+        return true;
+    }
+    eprintln!(
+        "SKIPPED {test}: `{tool}` is not installed (apt-get install -y {tool}); this test needs the real tool"
+    );
+    false
+}
+
+/// A temporary directory, removed on drop unless `JIT_GDB_KEEP_TEMP` is set (then its path
+/// is printed, for looking at core files and transcripts after a failure).
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "jit-gdb-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("mkdir {}: {e}", dir.display()));
+        TempDir(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("JIT_GDB_KEEP_TEMP").is_some() {
+            eprintln!("kept {}", self.0.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// Debugger timeout: 120 s, or `JIT_GDB_TEST_TIMEOUT` seconds.
+pub fn timeout() -> Duration {
+    let secs = std::env::var("JIT_GDB_TEST_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    Duration::from_secs(secs)
+}
+
+// ---------------------------------------------------------------------------------------
+// Layout of the JIT code (printed by the hosts)
+
+/// One JIT function as the host printed it (`jit-fn name=... start=... ...`).
+#[derive(Debug, Clone)]
+pub struct JitFnInfo {
+    pub name: String,
+    pub start: u64,
+    pub size: u64,
+    /// `fp` (frame-pointer prologue/epilogue) or `rows` (explicit SP-based rows).
+    pub frame: String,
+    /// Start offset of every instruction.
+    pub insns: Vec<u64>,
+    /// (offset, line) rows.
+    pub lines: Vec<(u64, u32)>,
+    pub file: String,
+}
+
+impl JitFnInfo {
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.start + self.size
+    }
+    /// Source line of the code at `addr` (by the host's line rows).
+    pub fn line_at(&self, addr: u64) -> Option<u32> {
+        if !self.contains(addr) {
+            return None;
+        }
+        let off = addr - self.start;
+        self.lines
+            .iter()
+            .rev()
+            .find(|(o, _)| *o <= off)
+            .map(|&(_, l)| l)
+    }
+}
+
+/// All JIT functions of a host run.
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    pub functions: Vec<JitFnInfo>,
+}
+
+impl Layout {
+    /// Parses the `jit-fn` lines out of any text (host output or a debugger transcript).
+    pub fn parse(text: &str) -> Layout {
+        let mut functions: Vec<JitFnInfo> = Vec::new();
+        for line in text.lines() {
+            let Some(rest) = line.trim().strip_prefix("jit-fn ") else {
+                continue;
+            };
+            let mut f = JitFnInfo {
+                name: String::new(),
+                start: 0,
+                size: 0,
+                frame: String::new(),
+                insns: vec![],
+                lines: vec![],
+                file: String::new(),
+            };
+            for kv in rest.split(' ') {
+                let Some((k, v)) = kv.split_once('=') else {
+                    continue;
+                };
+                match k {
+                    "name" => f.name = v.into(),
+                    "start" => f.start = parse_hex(v).expect("start address"),
+                    "size" => f.size = v.parse().expect("size"),
+                    "frame" => f.frame = v.into(),
+                    "insns" => f.insns = v.split(',').map(|x| x.parse().unwrap()).collect(),
+                    "lines" => {
+                        f.lines = v
+                            .split(',')
+                            .map(|x| {
+                                let (o, l) = x.split_once(':').unwrap();
+                                (o.parse().unwrap(), l.parse().unwrap())
+                            })
+                            .collect()
+                    }
+                    "file" => f.file = v.into(),
+                    _ => {}
+                }
+            }
+            if !functions.iter().any(|g| g.name == f.name) {
+                functions.push(f);
+            }
+        }
+        Layout { functions }
+    }
+
+    /// Runs `host ARGS layout` and parses its output.
+    pub fn of(host: &Path, args: &[&str]) -> Layout {
+        let out = Command::new(host)
+            .args(args)
+            .arg("layout")
+            .output()
+            .unwrap_or_else(|e| panic!("running {}: {e}", host.display()));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{} {args:?} layout failed: {}\n{text}\n{}",
+            host.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let l = Layout::parse(&text);
+        assert!(!l.functions.is_empty(), "no jit-fn lines in:\n{text}");
+        l
+    }
+
+    pub fn get(&self, name: &str) -> &JitFnInfo {
+        self.functions
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no JIT function {name} in layout {self:#?}"))
+    }
+
+    pub fn by_addr(&self, addr: u64) -> Option<&JitFnInfo> {
+        self.functions.iter().find(|f| f.contains(addr))
+    }
+}
+
+pub fn parse_hex(s: &str) -> Option<u64> {
+    u64::from_str_radix(s.trim().trim_start_matches("0x"), 16).ok()
+}
+
+// ---------------------------------------------------------------------------------------
+// Running a debugger
+
+/// The captured output of one debugger run.
+pub struct Transcript {
+    pub command_line: String,
+    pub text: String,
+    pub status: Option<ExitStatus>,
+    pub timed_out: bool,
+}
+
+/// A marker line separating sections of a transcript: `mark("x")` as a GDB command
+/// (`echo`) prints it, [`Transcript::section`] finds it.
+pub fn mark(name: &str) -> String {
+    format!("echo \\n@@@ {name} @@@\\n")
+}
+
+impl Transcript {
+    /// Panics with `msg` and the whole transcript.
+    #[track_caller]
+    pub fn fail(&self, msg: &str) -> ! {
+        panic!(
+            "{msg}\n===== debugger command line =====\n{}\n===== status: {:?}{} =====\n===== transcript =====\n{}\n===== end of transcript =====",
+            self.command_line,
+            self.status,
+            if self.timed_out { " (TIMED OUT, killed)" } else { "" },
+            self.text
+        )
+    }
+
+    /// The text after the marker `name` up to the next marker (or the end).
+    #[track_caller]
+    pub fn section(&self, name: &str) -> &str {
+        let m = format!("@@@ {name} @@@\n");
+        let Some(i) = self.text.find(&m) else {
+            self.fail(&format!("marker `{name}` not found in the transcript"))
+        };
+        let rest = &self.text[i + m.len()..];
+        let end = rest.find("\n@@@ ").map_or(rest.len(), |j| j + 1);
+        &rest[..end]
+    }
+
+    #[track_caller]
+    pub fn assert_contains(&self, section: Option<&str>, needle: &str) {
+        let hay = section.map_or(self.text.as_str(), |s| self.section(s));
+        if !hay.contains(needle) {
+            self.fail(&format!(
+                "expected `{needle}` in {}",
+                section.map_or("the transcript".to_string(), |s| format!("section `{s}`"))
+            ));
+        }
+    }
+
+    #[track_caller]
+    pub fn assert_not_contains(&self, section: Option<&str>, needle: &str) {
+        let hay = section.map_or(self.text.as_str(), |s| self.section(s));
+        if hay.contains(needle) {
+            self.fail(&format!(
+                "did not expect `{needle}` in {}",
+                section.map_or("the transcript".to_string(), |s| format!("section `{s}`"))
+            ));
+        }
+    }
+
+    /// The backtrace in section `name` (GDB format).
+    pub fn gdb_bt(&self, name: &str) -> Vec<Frame> {
+        parse_gdb_bt(self.section(name))
+    }
+}
+
+/// Runs `cmd` with stdout and stderr into one file (so their order is kept), killing its
+/// whole process group (the debugger and its debuggee) after [`timeout`].
+pub fn run_captured(mut cmd: Command, dir: &Path) -> Transcript {
+    use std::os::unix::process::CommandExt;
+    let command_line = format!("{cmd:?}");
+    let out_path = dir.join(format!(
+        "transcript-{}.txt",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ));
+    let out = File::create(&out_path).expect("transcript file");
+    let err = out.try_clone().expect("dup transcript file");
+    cmd.stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {command_line}: {e}"));
+    let deadline = Instant::now() + timeout();
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait().expect("wait for debugger") {
+            Some(s) => break Some(s),
+            None if Instant::now() >= deadline => {
+                timed_out = true;
+                kill_group(&child);
+                break child.wait().ok();
+            }
+            None => std::thread::sleep(Duration::from_millis(20)),
+        }
+    };
+    // The debuggee may survive a killed debugger; its group dies with it.
+    kill_group(&child);
+    let mut text = String::new();
+    File::open(&out_path)
+        .and_then(|mut f| {
+            let mut b = Vec::new();
+            f.read_to_end(&mut b)?;
+            text = String::from_utf8_lossy(&b).into_owned();
+            Ok(())
+        })
+        .expect("read transcript");
+    let _ = std::fs::remove_file(&out_path);
+    Transcript {
+        command_line,
+        text,
+        status,
+        timed_out,
+    }
+}
+
+fn kill_group(child: &Child) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{}", child.id())])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Settings every GDB run starts with (before the program is loaded): no pagination, no
+/// width limit, no questions, no network, pending breakpoints allowed (JIT functions do not
+/// exist before the program registers them).
+pub const GDB_PRELUDE: [&str; 6] = [
+    "set debuginfod enabled off",
+    "set pagination off",
+    "set width 0",
+    "set height 0",
+    "set confirm off",
+    "set breakpoint pending on",
+];
+
+/// A `gdb -batch -nx` run.
+pub struct Gdb {
+    pub args: Vec<String>,
+    pub commands: Vec<String>,
+    pub dir: PathBuf,
+}
+
+impl Gdb {
+    /// GDB on `program ARGS` (started by a `run` command), working in `dir`.
+    pub fn program(program: &Path, args: &[&str], dir: &Path) -> Gdb {
+        let mut a = vec!["--args".to_string(), program.display().to_string()];
+        a.extend(args.iter().map(|s| s.to_string()));
+        Gdb {
+            args: a,
+            commands: vec![],
+            dir: dir.into(),
+        }
+    }
+
+    /// GDB attaching to `pid`.
+    pub fn attach(pid: u32, dir: &Path) -> Gdb {
+        Gdb {
+            args: vec!["-p".into(), pid.to_string()],
+            commands: vec![],
+            dir: dir.into(),
+        }
+    }
+
+    /// GDB on a core file of `program`.
+    pub fn core(program: &Path, core: &Path, dir: &Path) -> Gdb {
+        Gdb {
+            args: vec![program.display().to_string(), core.display().to_string()],
+            commands: vec![],
+            dir: dir.into(),
+        }
+    }
+
+    pub fn cmd(mut self, c: impl Into<String>) -> Gdb {
+        self.commands.push(c.into());
+        self
+    }
+
+    pub fn cmds<S: Into<String>>(mut self, cs: impl IntoIterator<Item = S>) -> Gdb {
+        self.commands.extend(cs.into_iter().map(Into::into));
+        self
+    }
+
+    /// A marker then the command(s): the section `name` holds their output.
+    pub fn section<S: Into<String>>(self, name: &str, cs: impl IntoIterator<Item = S>) -> Gdb {
+        self.cmd(mark(name)).cmds(cs)
+    }
+
+    /// Runs GDB; every command is an `-ex` (an error in one does not stop the others).
+    pub fn run(&self) -> Transcript {
+        let mut cmd = Command::new("gdb");
+        cmd.arg("-batch").arg("-nx");
+        for p in GDB_PRELUDE {
+            cmd.arg("-iex").arg(p);
+        }
+        for c in &self.commands {
+            cmd.arg("-ex").arg(c);
+        }
+        // Program (and its arguments) come last: `--args` takes the rest of the line.
+        cmd.args(&self.args).current_dir(&self.dir);
+        run_captured(cmd, &self.dir)
+    }
+}
+
+/// An `lldb --batch` run on `program ARGS` (`-o` commands, in order).
+pub fn lldb(program: &Path, args: &[&str], commands: &[String], dir: &Path) -> Transcript {
+    let mut cmd = Command::new("lldb");
+    cmd.arg("--no-lldbinit").arg("--batch");
+    for c in commands {
+        cmd.arg("-o").arg(c);
+    }
+    cmd.arg("--").arg(program).args(args).current_dir(dir);
+    run_captured(cmd, dir)
+}
+
+// ---------------------------------------------------------------------------------------
+// Backtraces
+
+/// One frame of a GDB backtrace line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub level: u32,
+    /// Shown for frames not at the start of a line (caller frames, mid-line stops).
+    pub pc: Option<u64>,
+    /// As GDB shows it (`??` when unknown).
+    pub function: String,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub raw: String,
+}
+
+impl Frame {
+    /// Does this frame belong to function `name` (ignoring a Rust path prefix)?
+    pub fn is(&self, name: &str) -> bool {
+        self.function == name || self.function.ends_with(&format!("::{name}"))
+    }
+    /// (function, file name without directories, line): what must agree between a live
+    /// backtrace and the one from a core file.
+    pub fn location(&self) -> (String, Option<String>, Option<u32>) {
+        let base = self
+            .file
+            .as_ref()
+            .map(|f| f.rsplit('/').next().unwrap_or(f).to_string());
+        (self.function.clone(), base, self.line)
+    }
+}
+
+/// Parses the `#N ...` lines of GDB backtraces in `text`.
+pub fn parse_gdb_bt(text: &str) -> Vec<Frame> {
+    let mut frames = Vec::new();
+    for raw in text.lines() {
+        let Some(rest) = raw.strip_prefix('#') else {
+            continue;
+        };
+        let Some((level, rest)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(level) = level.parse::<u32>() else {
+            continue;
+        };
+        let mut rest = rest.trim_start();
+        let mut pc = None;
+        if rest.starts_with("0x") {
+            if let Some((addr, after)) = rest.split_once(" in ") {
+                pc = parse_hex(addr);
+                rest = after;
+            }
+        }
+        let (function, tail) = match rest.find(" (") {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        let (mut file, mut line) = (None, None);
+        if let Some(i) = tail.rfind(" at ") {
+            let loc = &tail[i + 4..];
+            if let Some((f, l)) = loc.rsplit_once(':') {
+                file = Some(f.to_string());
+                line = l.trim().parse().ok();
+            }
+        }
+        frames.push(Frame {
+            level,
+            pc,
+            function: function.to_string(),
+            file,
+            line,
+            raw: raw.to_string(),
+        });
+    }
+    frames
+}
+
+/// Checks a GDB backtrace of the scenario: starting at the frame of `chain[0]`, the frames
+/// are exactly `chain` in order, and then (possibly after more native frames) `main`, with no
+/// unknown (`??`) frame anywhere. JIT frames must show the host's source file and, where
+/// the pc is known, the line the host's line rows give for it (pc - 1 in caller frames).
+/// Returns a description of the first problem.
+pub fn check_chain(frames: &[Frame], chain: &[&str], layout: &Layout) -> Result<(), String> {
+    if frames.is_empty() {
+        return Err("no backtrace frames found".into());
+    }
+    if let Some(f) = frames.iter().find(|f| f.function == "??") {
+        return Err(format!("unknown frame: {}", f.raw));
+    }
+    let Some(first) = frames.iter().position(|f| f.is(chain[0])) else {
+        return Err(format!("no frame of {}", chain[0]));
+    };
+    for (k, want) in chain.iter().enumerate() {
+        let Some(f) = frames.get(first + k) else {
+            return Err(format!("backtrace ends before {want}"));
+        };
+        if !f.is(want) {
+            return Err(format!(
+                "frame #{} is `{}`, expected {want}",
+                f.level, f.function
+            ));
+        }
+        if JIT_FUNCTIONS.contains(want) {
+            check_jit_frame(f, layout)?;
+        }
+    }
+    let last = frames.last().unwrap();
+    if last.function != "main" {
+        return Err(format!(
+            "the backtrace does not reach main: last frame is {}",
+            last.raw
+        ));
+    }
+    Ok(())
+}
+
+/// A JIT frame names its function, the host's source file and the right line.
+pub fn check_jit_frame(f: &Frame, layout: &Layout) -> Result<(), String> {
+    let info = layout
+        .functions
+        .iter()
+        .find(|i| f.is(&i.name))
+        .ok_or_else(|| format!("{} is not a JIT function of the layout", f.function))?;
+    let file = f
+        .file
+        .as_deref()
+        .ok_or_else(|| format!("JIT frame without a source location: {}", f.raw))?;
+    if !info.file.ends_with(file) && !file.ends_with(&info.file) {
+        return Err(format!(
+            "frame #{} is in file {file}, expected {}",
+            f.level, info.file
+        ));
+    }
+    if let Some(pc) = f.pc {
+        let lookup = if f.level == 0 { pc } else { pc - 1 };
+        if !info.contains(lookup) {
+            return Err(format!(
+                "frame #{} pc {pc:#x} is outside {}",
+                f.level, info.name
+            ));
+        }
+        let want = info.line_at(lookup);
+        if f.line != want {
+            return Err(format!(
+                "frame #{} ({}) shows line {:?}, the host's line rows give {want:?} for {lookup:#x}",
+                f.level, info.name, f.line
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Panics with the transcript if [`check_chain`] fails for section `name`.
+#[track_caller]
+pub fn assert_chain(t: &Transcript, name: &str, chain: &[&str], layout: &Layout) -> Vec<Frame> {
+    let frames = t.gdb_bt(name);
+    if let Err(e) = check_chain(&frames, chain, layout) {
+        t.fail(&format!("backtrace in section `{name}`: {e}"));
+    }
+    frames
+}
+
+// ---------------------------------------------------------------------------------------
+// A host process outside any debugger (attach, gcore)
+
+/// A host started in `wait` mode, killed on drop.
+pub struct WaitingHost {
+    pub child: Child,
+    pub pid: u32,
+    /// Everything the host printed up to its ready line.
+    pub output: String,
+}
+
+impl WaitingHost {
+    /// Starts `program ARGS wait` in `dir` and waits for `ready pid=`.
+    pub fn start(program: &Path, args: &[&str], dir: &Path) -> WaitingHost {
+        let mut child = Command::new(program)
+            .args(args)
+            .arg("wait")
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", program.display()));
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut output = String::new();
+        let deadline = Instant::now() + timeout();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(line) => {
+                    let _ = writeln!(output, "{line}");
+                    if let Some(p) = line.split("ready pid=").nth(1) {
+                        let pid = p.trim().parse().expect("pid");
+                        return WaitingHost { child, pid, output };
+                    }
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "{} did not print its ready line ({e:?}); output so far:\n{output}",
+                        program.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for WaitingHost {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The kernel's core_pattern, if readable.
+pub fn core_pattern() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/core_pattern")
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Core files (`core`, `core.*`) the kernel wrote into `dir`.
+pub fn find_core(dir: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n == "core" || n.starts_with("core."))
+        })
+}
