@@ -7,6 +7,8 @@
 //! be dead code).
 #![allow(dead_code)]
 
+pub mod scenario;
+
 use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
@@ -95,6 +97,8 @@ impl Drop for TempDir {
     }
 }
 
+/// Set `JIT_GDB_SHOW=1` to print every debugger transcript (`cargo test -- --nocapture`).
+///
 /// Debugger timeout: 120 s, or `JIT_GDB_TEST_TIMEOUT` seconds.
 pub fn timeout() -> Duration {
     let secs = std::env::var("JIT_GDB_TEST_TIMEOUT")
@@ -345,6 +349,9 @@ pub fn run_captured(mut cmd: Command, dir: &Path) -> Transcript {
         })
         .expect("read transcript");
     let _ = std::fs::remove_file(&out_path);
+    if std::env::var_os("JIT_GDB_SHOW").is_some() {
+        eprintln!("===== {command_line}\n{text}===== end");
+    }
     Transcript {
         command_line,
         text,
@@ -558,7 +565,8 @@ pub fn check_chain(frames: &[Frame], chain: &[&str], layout: &Layout) -> Result<
         }
     }
     let last = frames.last().unwrap();
-    if last.function != "main" {
+    // C `main`, or the Rust program's `crate::main` (GDB stops the backtrace there).
+    if !last.is("main") {
         return Err(format!(
             "the backtrace does not reach main: last frame is {}",
             last.raw
