@@ -4,14 +4,27 @@
 //!
 //! Every failure message prints the complete transcript, so a red test explains itself.
 //! Use from a test file with `mod common;` (items a given file does not use are allowed to
-//! be dead code).
+//! be dead code). Environment: `JIT_GDB_SHOW=1` prints every transcript (with
+//! `-- --nocapture`), `JIT_GDB_KEEP_TEMP=1` keeps the scratch directories (core files),
+//! `JIT_GDB_TEST_TIMEOUT=SECS` changes the per-debugger timeout (default 120).
+//!
+//! - Ready-made checks of the scenario: [`scenario`] (`scenario::backtrace(&Host::rust("elf"),
+//!   "tag")`, `step_every_instruction`, `attach_and_gcore`, `crash_core`, ...). For compact
+//!   payloads: `Host::rust("compact").with_gdb_prelude(["jit-reader-load /abs/libjitreader.so"])`
+//!   and the checks that do not need names in GDB's symbol tables (`backtrace`, `finish`,
+//!   `step_every_instruction`, `attach_and_gcore`, `crash_core`, `up_info_frame_args_list`
+//!   with `expect_args = false`).
+//! - Your own sessions: [`Gdb::program`] / [`Gdb::attach`] / [`Gdb::core`], `.cmd(...)`,
+//!   `.section("name", [cmds])`, `.run()`, then [`Transcript::section`], [`Transcript::gdb_bt`],
+//!   [`check_chain`] / [`assert_chain`] against the host's [`Layout`] (`Layout::of(host, args)`:
+//!   the code sits at a fixed address, so the layout is known before GDB starts).
 #![allow(dead_code)]
 
 pub mod scenario;
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -57,8 +70,11 @@ pub fn require_tool(tool: &str, test: &str) -> bool {
     if have_tool(tool) {
         return true;
     }
-    eprintln!(
-        "SKIPPED {test}: `{tool}` is not installed (apt-get install -y {tool}); this test needs the real tool"
+    // Straight to the process's stderr: the test harness captures `eprintln!`, and a skip
+    // must be visible in a passing run.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: `{tool}` is not installed (scripts/install-tools.sh installs it); this test needs the real tool"
     );
     false
 }

@@ -12,6 +12,9 @@ use super::*;
 pub struct Host {
     pub program: PathBuf,
     pub args: Vec<String>,
+    /// GDB commands run first in every session of a check (live, attach, core), e.g.
+    /// `jit-reader-load /abs/path/libjitreader.so` for compact payloads.
+    pub gdb_prelude: Vec<String>,
 }
 
 impl Host {
@@ -19,7 +22,14 @@ impl Host {
         Host {
             program: program.into(),
             args: args.iter().map(|s| s.to_string()).collect(),
+            gdb_prelude: Vec::new(),
         }
+    }
+
+    /// Adds GDB commands to run first in every session (see [`Host::gdb_prelude`]).
+    pub fn with_gdb_prelude<S: Into<String>>(mut self, cmds: impl IntoIterator<Item = S>) -> Host {
+        self.gdb_prelude.extend(cmds.into_iter().map(Into::into));
+        self
     }
 
     /// The Rust test host with `--format FORMAT`.
@@ -46,7 +56,7 @@ impl Host {
         let mut a = self.args_in(dir);
         a.push(mode.into());
         let a: Vec<&str> = a.iter().map(String::as_str).collect();
-        Gdb::program(&self.program, &a, dir)
+        Gdb::program(&self.program, &a, dir).cmds(self.gdb_prelude.clone())
     }
 }
 
@@ -283,6 +293,7 @@ pub fn attach_and_gcore(h: &Host, tag: &str) {
     let host = WaitingHost::start(&h.program, &a, dir.path());
     let core = dir.join("gcore.core");
     let live = Gdb::attach(host.pid, dir.path())
+        .cmds(h.gdb_prelude.clone())
         .section("bt", ["bt"])
         .section("gcore", [format!("gcore {}", core.display())])
         .cmd("detach")
@@ -294,6 +305,7 @@ pub fn attach_and_gcore(h: &Host, tag: &str) {
         live.fail("gcore wrote no core file");
     }
     let post = Gdb::core(&h.program, &core, dir.path())
+        .cmds(h.gdb_prelude.clone())
         .section("bt", ["bt"])
         .run();
     let core_frames = assert_chain(&post, "bt", &CHAIN, &layout);
@@ -374,6 +386,7 @@ pub fn crash_core(h: &Host, tag: &str) {
         })
     };
     let post = Gdb::core(&h.program, &core, dir.path())
+        .cmds(h.gdb_prelude.clone())
         .section("bt", ["bt"])
         .run();
     post.assert_contains(None, "SIGSEGV");
