@@ -71,6 +71,11 @@ fn reader_unwinds_through_a_function_that_mangles_rsp() {
         .section("bt", ["bt"])
         .section("rsp", ["p/x $rsp", "p/x $rbp"])
         .section("up", ["up", "info frame"])
+        .cmd("frame 0")
+        .cmd("set $saved_rbp = $rbp")
+        // A corrupt frame pointer: the reader ends the backtrace and says why.
+        .section("corrupt", ["set $rbp = 0x10", "bt"])
+        .section("restored", ["set $rbp = $saved_rbp", "bt"])
         .cmd("continue")
         .run();
     t.assert_contains(None, "SIGTRAP");
@@ -89,6 +94,17 @@ fn reader_unwinds_through_a_function_that_mangles_rsp() {
     }
     t.assert_contains(Some("up"), "Stack level 1");
     t.assert_contains(Some("up"), "in jit_clobber_caller");
+    let corrupt = t.gdb_bt("corrupt");
+    if corrupt.len() != 1 || !corrupt[0].is("jit_clobber") {
+        t.fail("with rbp = 0x10 the backtrace should end after jit_clobber");
+    }
+    t.assert_contains(Some("corrupt"), "jit-reader: backtrace ends in jit_clobber");
+    t.assert_contains(Some("corrupt"), "unreadable");
+    assert_frames(
+        &t,
+        "restored",
+        &["jit_clobber", "jit_clobber_caller", "reader_host_run"],
+    );
     t.assert_contains(None, "exited normally");
 }
 
