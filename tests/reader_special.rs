@@ -274,3 +274,52 @@ fn reader_refuses_damaged_payloads_and_keeps_working_live_and_in_a_core() {
     dbg.assert_contains(None, "starting 4a 47 43 52");
     dbg.assert_contains(None, "jit-reader: unwound jit_intact_inner");
 }
+
+#[test]
+fn reader_return_address_at_a_function_end_belongs_to_the_caller() {
+    if !require_tool("gdb", "reader_endcall") {
+        return;
+    }
+    let dir = TempDir::new("reader-endcall");
+    // The layout is fixed (fixed base address): get it from a first session's output.
+    let t = gdb_on(dir.path(), "endcall")
+        .cmd("break reader_host_run")
+        .cmd("run")
+        .run();
+    let layout = Layout::parse(&t.text);
+    let next = layout.get("jit_next");
+    let tail = layout.get("jit_ends_with_call");
+    assert_eq!(
+        tail.start + tail.size,
+        next.start,
+        "functions not back to back"
+    );
+    let t = gdb_on(dir.path(), "endcall")
+        .cmd("break reader_host_run")
+        .cmd("run")
+        .cmd(format!("break *{:#x}", next.start))
+        .cmd("continue")
+        .section("next", ["p/x $pc", "bt"])
+        .cmd("break reader_host_break")
+        .cmd("continue")
+        .cmd("continue")
+        .section("endcall", ["bt"])
+        .cmd("kill")
+        .run();
+    // At jit_next's first instruction (innermost frame): jit_next, entry row.
+    if hex_value(&t, "next") != next.start {
+        t.fail("first stop is not at jit_next's first instruction");
+    }
+    assert_frames(&t, "next", &["jit_next", "reader_host_run"]);
+    // A return address equal to jit_next's start, in a caller frame: jit_ends_with_call,
+    // unwound with its own rows (pc - 1).
+    let frames = assert_frames(
+        &t,
+        "endcall",
+        &["reader_host_break", "jit_ends_with_call", "reader_host_run"],
+    );
+    if frames[1].pc != Some(next.start) {
+        t.fail("frame #1's pc is not the end of jit_ends_with_call");
+    }
+    t.assert_not_contains(Some("endcall"), "jit_next");
+}
