@@ -1,5 +1,53 @@
-//! `jit-gdb`: the launcher (placeholder until the launcher issue).
+//! `jit-gdb`: run GDB on JIT-compiled code: the rust-gdb-style launcher, the bundled demo
+//! JIT (`jit-gdb demo`) and core-file reports. See `jit-gdb --help`.
+
+mod cli;
+mod demo;
+mod launch;
+
+use cli::Command;
+
 fn main() {
-    eprintln!("jit-gdb: not implemented yet");
-    std::process::exit(2);
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let cmd = match cli::parse(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("jit-gdb: {e}");
+            std::process::exit(2);
+        }
+    };
+    let result = match cmd {
+        Command::Help => {
+            print!("{}", cli::HELP);
+            Ok(0)
+        }
+        Command::Version => {
+            println!("jit-gdb {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        Command::ReaderPath => launch::find_reader().map(|p| {
+            println!("{}", p.display());
+            0
+        }),
+        Command::Demo {
+            format,
+            crash,
+            keep_core,
+        } => launch::demo(format, crash, keep_core),
+        // The script's `main` value is the exit status (the OS keeps its low 8 bits).
+        Command::RunScript {
+            file,
+            format,
+            crash,
+        } => demo::run_script(&file, format, crash).map(|v| v as i32),
+        Command::Core { program, core } => launch::core_report(&program, &core),
+        Command::Gdb(args) => launch::exec_gdb(args),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("jit-gdb: {e}");
+            std::process::exit(1);
+        }
+    }
 }

@@ -82,7 +82,7 @@ pub(crate) fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
     }
     if !r.is_at_end() {
         return Err(invalid(
-            format!("{} unexpected bytes after the last object", r.remaining()),
+            format!("{} unexpected byte(s) after the last object", r.remaining()),
             r.pos(),
         ));
     }

@@ -385,7 +385,7 @@ fn header_problems_are_named() {
     assert!(decode_all(&trailing)
         .unwrap_err()
         .to_string()
-        .contains("1 unexpected bytes after the last object"));
+        .contains("1 unexpected byte(s) after the last object"));
 }
 
 /// A payload header for x86-64 followed by `strings` string-table entries.

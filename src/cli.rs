@@ -1,0 +1,255 @@
+//! Command-line parsing (std only) and the help text.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use jit_interface::Format;
+
+pub const HELP: &str = "\
+jit-gdb: debug JIT-compiled code in GDB (names, source lines and backtraces through JIT frames)
+
+USAGE:
+    jit-gdb [GDB ARGS...] [--] PROGRAM [ARGS...]
+        Start GDB with the jit-gdb reader (jit-reader-load) and GDB scripts loaded,
+        like rust-gdb. Without `--`, all arguments go to GDB unchanged (so
+        `jit-gdb PROGRAM CORE` and `jit-gdb -p PID` work); with `--`, what follows is
+        the program and its arguments (GDB's --args).
+    jit-gdb demo [--format compact|elf] [--crash] [--keep-core]
+        Compile and run the bundled demo script (demo/fib.jg) with the demo JIT under
+        GDB in batch mode: stop in a native callback called from JIT code and show the
+        backtrace through the JIT frames with the script's lines. --crash makes the JIT
+        code fault, then shows the post-mortem backtrace from the core file
+        (--keep-core keeps it). Default format: compact (needs the reader).
+    jit-gdb core PROGRAM CORE
+        Batch report of a core file: every thread's backtrace, JIT frames included.
+    jit-gdb --reader-path
+        Print the path of the GDB reader plugin (libjitreader.so) that would be loaded.
+    jit-gdb --help | --version
+
+FORMATS:
+    compact  compact records, read by the reader plugin libjitreader.so (smaller)
+    elf      in-memory ELF objects with DWARF, read by GDB itself (shows `info args`)
+
+ENVIRONMENT:
+    JIT_GDB_READER   path of libjitreader.so (otherwise: next to the jit-gdb executable,
+                     then GDB's jit-reader directory /usr/lib/gdb)
+    JIT_GDB_SCRIPTS  the GDB Python extension: jit.py or the directory holding it
+    JIT_GDB_GDB      the GDB to run (otherwise `gdb` from PATH)
+";
+
+/// Hidden from the help: `jit-gdb run-script FILE [--format compact|elf|none] [--crash]`
+/// runs a script with the demo JIT (what `demo` runs under GDB).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Help,
+    Version,
+    ReaderPath,
+    Demo {
+        format: Format,
+        crash: bool,
+        keep_core: bool,
+    },
+    RunScript {
+        file: PathBuf,
+        /// `None`: run without registering with the debugger.
+        format: Option<Format>,
+        crash: bool,
+    },
+    Core {
+        program: PathBuf,
+        core: PathBuf,
+    },
+    /// Run GDB with these arguments after ours.
+    Gdb(Vec<OsString>),
+}
+
+/// A usage error (exit status 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (see `jit-gdb --help`)", self.0)
+    }
+}
+
+fn parse_format(value: Option<OsString>, allow_none: bool) -> Result<Option<Format>, UsageError> {
+    let Some(v) = value else {
+        return Err(UsageError(
+            "`--format` needs a value: compact or elf".into(),
+        ));
+    };
+    match v.to_str() {
+        Some("compact") => Ok(Some(Format::Compact)),
+        Some("elf") => Ok(Some(Format::Elf)),
+        Some("none") if allow_none => Ok(None),
+        _ => Err(UsageError(format!(
+            "unknown format {v:?}: use compact or elf{}",
+            if allow_none { " (or none)" } else { "" }
+        ))),
+    }
+}
+
+/// Parses the arguments after the program name.
+pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
+    let first = args.first().and_then(|a| a.to_str()).unwrap_or("");
+    match first {
+        "-h" | "--help" | "help" => Ok(Command::Help),
+        "-V" | "--version" => Ok(Command::Version),
+        "--reader-path" => {
+            if args.len() > 1 {
+                return Err(UsageError("`--reader-path` takes no arguments".into()));
+            }
+            Ok(Command::ReaderPath)
+        }
+        "demo" => {
+            let (mut format, mut crash, mut keep_core) = (Format::Compact, false, false);
+            let mut it = args.into_iter().skip(1);
+            while let Some(a) = it.next() {
+                match a.to_str() {
+                    Some("--format") => format = parse_format(it.next(), false)?.unwrap_or(format),
+                    Some("--crash") => crash = true,
+                    Some("--keep-core") => keep_core = true,
+                    _ => return Err(UsageError(format!("`demo`: unknown argument {a:?}"))),
+                }
+            }
+            if keep_core && !crash {
+                return Err(UsageError(
+                    "`--keep-core` only applies with `--crash`".into(),
+                ));
+            }
+            Ok(Command::Demo {
+                format,
+                crash,
+                keep_core,
+            })
+        }
+        "run-script" => {
+            let (mut file, mut format, mut crash) = (None, Some(Format::Compact), false);
+            let mut it = args.into_iter().skip(1);
+            while let Some(a) = it.next() {
+                match a.to_str() {
+                    Some("--format") => format = parse_format(it.next(), true)?,
+                    Some("--crash") => crash = true,
+                    Some(s) if s.starts_with('-') => {
+                        return Err(UsageError(format!("`run-script`: unknown option {s:?}")))
+                    }
+                    _ if file.is_none() => file = Some(PathBuf::from(a)),
+                    _ => {
+                        return Err(UsageError(format!(
+                            "`run-script`: unexpected argument {a:?}"
+                        )))
+                    }
+                }
+            }
+            let file = file.ok_or_else(|| UsageError("`run-script` needs a script file".into()))?;
+            Ok(Command::RunScript {
+                file,
+                format,
+                crash,
+            })
+        }
+        "core" => {
+            let mut rest = args.into_iter().skip(1);
+            match (rest.next(), rest.next(), rest.next()) {
+                (Some(program), Some(core), None) => Ok(Command::Core {
+                    program: program.into(),
+                    core: core.into(),
+                }),
+                _ => Err(UsageError("usage: jit-gdb core PROGRAM CORE".into())),
+            }
+        }
+        _ => {
+            // rust-gdb style: our options, then GDB's. `--` starts the program and its args.
+            match args.iter().position(|a| a == "--") {
+                Some(i) if i + 1 == args.len() => Err(UsageError(
+                    "`--` must be followed by the program to debug".into(),
+                )),
+                Some(i) => {
+                    let mut out: Vec<OsString> = args[..i].to_vec();
+                    out.push("--args".into());
+                    out.extend(args[i + 1..].iter().cloned());
+                    Ok(Command::Gdb(out))
+                }
+                None => Ok(Command::Gdb(args)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Command, UsageError> {
+        parse(args.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn subcommands() {
+        assert_eq!(
+            p(&["demo"]).unwrap(),
+            Command::Demo {
+                format: Format::Compact,
+                crash: false,
+                keep_core: false
+            }
+        );
+        assert_eq!(
+            p(&["demo", "--format", "elf", "--crash"]).unwrap(),
+            Command::Demo {
+                format: Format::Elf,
+                crash: true,
+                keep_core: false
+            }
+        );
+        assert_eq!(
+            p(&["run-script", "a.jg", "--format", "none"]).unwrap(),
+            Command::RunScript {
+                file: "a.jg".into(),
+                format: None,
+                crash: false
+            }
+        );
+        assert_eq!(
+            p(&["core", "prog", "core.1"]).unwrap(),
+            Command::Core {
+                program: "prog".into(),
+                core: "core.1".into()
+            }
+        );
+        assert_eq!(p(&["--reader-path"]).unwrap(), Command::ReaderPath);
+    }
+
+    #[test]
+    fn gdb_passthrough() {
+        let gdb = |v: &[&str]| Command::Gdb(v.iter().map(OsString::from).collect());
+        assert_eq!(
+            p(&["-q", "prog", "core"]).unwrap(),
+            gdb(&["-q", "prog", "core"])
+        );
+        assert_eq!(
+            p(&["-q", "--", "prog", "--flag", "x"]).unwrap(),
+            gdb(&["-q", "--args", "prog", "--flag", "x"])
+        );
+        assert_eq!(p(&[]).unwrap(), gdb(&[]));
+    }
+
+    #[test]
+    fn usage_errors_name_the_problem() {
+        let e = |v: &[&str]| p(v).unwrap_err().to_string();
+        assert_eq!(
+            e(&["demo", "--format", "dwarf"]),
+            "unknown format \"dwarf\": use compact or elf (see `jit-gdb --help`)"
+        );
+        assert_eq!(
+            e(&["demo", "--format", "none"]),
+            "unknown format \"none\": use compact or elf (see `jit-gdb --help`)"
+        );
+        assert!(e(&["demo", "--format"]).contains("needs a value"));
+        assert!(e(&["demo", "--frobnicate"]).contains("unknown argument"));
+        assert!(e(&["core", "prog"]).contains("usage: jit-gdb core PROGRAM CORE"));
+        assert!(e(&["run-script"]).contains("needs a script file"));
+        assert!(e(&["--",]).contains("must be followed by the program"));
+    }
+}

@@ -1,0 +1,213 @@
+//! Runtime of the demo JIT: executable memory, native callbacks, registration with the
+//! debugger and calling compiled code.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use jit_interface::VariableKind;
+use jit_interface::{BaseType, Format, JitObject, LineRow, Location, Registration, Variable};
+
+use super::codegen::Compiled;
+
+/// Set by `run-script --crash`: `probe` then returns a null pointer, and the script's
+/// `load(probe(n))` faults inside JIT code.
+static CRASH: AtomicBool = AtomicBool::new(false);
+
+/// The cell `probe` hands out a pointer to.
+static PROBE_CELL: AtomicI64 = AtomicI64::new(0);
+
+/// Makes `probe` return a null pointer from now on.
+pub fn set_crash_mode(on: bool) {
+    CRASH.store(on, Ordering::Relaxed);
+}
+
+/// Native callback `print(n)`: prints `n` on its own line and returns it.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn jit_gdb_print(n: i64) -> i64 {
+    println!("{n}");
+    n
+}
+
+/// Native callback `probe(n)`: returns the address of a cell holding `n` (the script reads
+/// it back with `load`), or a null pointer in crash mode. A breakpoint here stops with JIT
+/// frames on the stack.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn jit_gdb_probe(n: i64) -> *const i64 {
+    if CRASH.load(Ordering::Relaxed) {
+        return std::ptr::null();
+    }
+    PROBE_CELL.store(n, Ordering::Relaxed);
+    PROBE_CELL.as_ptr()
+}
+
+/// A native function a script may call.
+#[derive(Debug)]
+pub struct Native {
+    pub name: &'static str,
+    pub params: usize,
+}
+
+static NATIVES: [Native; 2] = [
+    Native {
+        name: "print",
+        params: 1,
+    },
+    Native {
+        name: "probe",
+        params: 1,
+    },
+];
+
+impl Native {
+    /// The native callback a script calls as `name`.
+    pub fn by_name(name: &str) -> Option<&'static Native> {
+        NATIVES.iter().find(|n| n.name == name)
+    }
+
+    /// Address of its code.
+    pub fn address(&self) -> usize {
+        match self.name {
+            "print" => jit_gdb_print as extern "C" fn(i64) -> i64 as usize,
+            _ => jit_gdb_probe as extern "C" fn(i64) -> *const i64 as usize,
+        }
+    }
+}
+
+/// Page-aligned memory holding code: written while read-write, then made read+execute.
+pub struct ExecMemory {
+    ptr: *mut u8,
+    len: usize,
+}
+
+impl ExecMemory {
+    /// Maps fresh memory, copies `code` into it and makes it executable (never writable
+    /// and executable at once).
+    pub fn new(code: &[u8]) -> io::Result<ExecMemory> {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let len = code.len().max(1).div_ceil(page) * page;
+        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches
+        // no existing memory.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let mem = ExecMemory {
+            ptr: ptr.cast(),
+            len,
+        };
+        // SAFETY: the mapping is `len >= code.len()` bytes, writable and owned by `mem`.
+        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), mem.ptr, code.len()) };
+        // SAFETY: changes protection of our own mapping only.
+        if unsafe { libc::mprotect(ptr, len, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(mem)
+    }
+
+    /// Address of the first byte.
+    pub fn address(&self) -> u64 {
+        self.ptr as u64
+    }
+}
+
+impl Drop for ExecMemory {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `new`, once.
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+/// A compiled script in executable memory, optionally registered with the debugger.
+pub struct LoadedScript {
+    // Field order matters: the registration is dropped (unregistered) before the code it
+    // describes is unmapped.
+    registration: Option<Registration>,
+    memory: ExecMemory,
+    compiled: Compiled,
+}
+
+impl LoadedScript {
+    /// Copies the compiled code into executable memory.
+    pub fn load(compiled: Compiled) -> io::Result<LoadedScript> {
+        Ok(LoadedScript {
+            registration: None,
+            memory: ExecMemory::new(&compiled.code)?,
+            compiled,
+        })
+    }
+
+    /// The debugger's view of the loaded functions: names, addresses, the script's lines
+    /// (`file` should be an absolute path so GDB's `list` finds it), frame layout, and the
+    /// parameters and locals in their frame slots (`with_variables`: only ELF payloads can
+    /// carry them; GDB's reader API has no variables).
+    pub fn jit_object(&self, file: &str, with_variables: bool) -> jit_interface::Result<JitObject> {
+        let mut obj = JitObject::new();
+        for f in &self.compiled.functions {
+            let start = self.memory.address() + f.offset as u64;
+            let id = obj.add_function(&f.name, start, f.size as u64)?;
+            let rows: Vec<LineRow> = f.lines.clone();
+            obj.set_lines(id, file, &rows)?;
+            obj.set_frame_pointer(id, f.push_end, f.setup_end)?;
+            obj.add_epilogue(id, f.restore_end, f.ret_end)?;
+            for s in f.slots.iter().filter(|_| with_variables) {
+                obj.add_variable(
+                    id,
+                    Variable {
+                        name: s.name.clone(),
+                        kind: if s.is_param {
+                            VariableKind::Parameter
+                        } else {
+                            VariableKind::Local
+                        },
+                        ty: BaseType::I64,
+                        location: Location::FrameOffset(s.rbp_offset),
+                    },
+                )?;
+            }
+        }
+        Ok(obj)
+    }
+
+    /// Registers the functions with the debugger in `format` (unregistered on drop).
+    pub fn register(&mut self, file: &str, format: Format) -> jit_interface::Result<()> {
+        let obj = self.jit_object(file, format == Format::Elf)?;
+        self.registration = Some(jit_interface::register(&obj, format)?);
+        Ok(())
+    }
+
+    /// Calls script function `name` with `args`.
+    pub fn call(&self, name: &str, args: &[i64]) -> Result<i64, String> {
+        let f = self
+            .compiled
+            .function(name)
+            .ok_or_else(|| format!("the script has no function `{name}`"))?;
+        if f.params != args.len() {
+            return Err(format!(
+                "`{name}` takes {} arguments, {} given",
+                f.params,
+                args.len()
+            ));
+        }
+        let mut a = [0i64; 6];
+        a[..args.len()].copy_from_slice(args);
+        let addr = self.memory.address() as usize + f.offset;
+        type Entry = extern "C" fn(i64, i64, i64, i64, i64, i64) -> i64;
+        // SAFETY: `addr` is the entry of a function the code generator emitted with the
+        // System V ABI, in executable memory owned by `self`. It reads only its own
+        // parameters' registers, so passing the unused argument registers as 0 is harmless.
+        let entry: Entry = unsafe { std::mem::transmute::<usize, Entry>(addr) };
+        Ok(entry(a[0], a[1], a[2], a[3], a[4], a[5]))
+    }
+}

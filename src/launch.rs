@@ -1,0 +1,425 @@
+//! Finding GDB, the reader plugin and the GDB scripts, and running GDB for each mode.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use jit_interface::Format;
+
+/// The reader plugin's file name (cargo builds it next to the jit-gdb executable).
+pub const READER_FILE: &str = "libjitreader.so";
+
+/// The GDB to run: `JIT_GDB_GDB` (a path, or a name looked up in PATH), or `gdb` from PATH.
+pub fn find_gdb() -> Result<PathBuf, String> {
+    if let Some(v) = std::env::var_os("JIT_GDB_GDB") {
+        let p = PathBuf::from(&v);
+        let found = if p.components().count() > 1 {
+            p.is_file().then_some(p)
+        } else {
+            find_in_path(&v)
+        };
+        return found.ok_or_else(|| {
+            format!(
+                "JIT_GDB_GDB is set to {}, which is not a file or a program in PATH: point it at a GDB executable or unset it",
+                v.to_string_lossy()
+            )
+        });
+    }
+    find_in_path(OsStr::new("gdb")).ok_or_else(|| {
+        "GDB not found in PATH: install it (Debian/Ubuntu: `apt-get install gdb`) \
+         or set JIT_GDB_GDB=/path/to/gdb"
+            .to_string()
+    })
+}
+
+fn find_in_path(name: &OsStr) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The reader plugin: `JIT_GDB_READER` (an explicit choice, so it wins), next to this
+/// executable, then GDB's jit-reader directory.
+pub fn find_reader() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("JIT_GDB_READER") {
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return absolute(&p);
+        }
+        return Err(format!(
+            "JIT_GDB_READER is set to {}, which is not a file: point it at libjitreader.so \
+             (build it with `cargo build -p jit-reader`) or unset it",
+            p.display()
+        ));
+    }
+    let mut tried = Vec::new();
+    if let Some(dir) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+    {
+        tried.push(dir.join(READER_FILE));
+    }
+    // Where GDB looks for relative `jit-reader-load` names (Debian: $libdir/gdb).
+    tried.push(PathBuf::from("/usr/lib/gdb").join(READER_FILE));
+    tried.push(PathBuf::from("/usr/local/lib/gdb").join(READER_FILE));
+    if let Some(p) = tried.iter().find(|p| p.is_file()) {
+        return Ok(p.clone());
+    }
+    let list: Vec<String> = tried.iter().map(|p| p.display().to_string()).collect();
+    Err(format!(
+        "the GDB reader plugin {READER_FILE} was not found (looked in: {}). Build it with \
+         `cargo build -p jit-reader` (it lands next to jit-gdb), or set JIT_GDB_READER=/path/to/{READER_FILE}",
+        list.join(", ")
+    ))
+}
+
+/// The GDB Python extension: `JIT_GDB_SCRIPTS` (jit.py or its directory), else the source
+/// tree's `gdb-scripts/jit.py` if it exists. `Ok(None)`: not installed (optional).
+pub fn find_scripts() -> Result<Option<PathBuf>, String> {
+    if let Some(p) = std::env::var_os("JIT_GDB_SCRIPTS") {
+        let p = PathBuf::from(p);
+        let file = if p.is_dir() {
+            p.join("jit.py")
+        } else {
+            p.clone()
+        };
+        if file.is_file() {
+            return absolute(&file).map(Some);
+        }
+        return Err(format!(
+            "JIT_GDB_SCRIPTS is set to {}, but {} is not a file: point it at gdb-scripts/jit.py or unset it",
+            p.display(),
+            file.display()
+        ));
+    }
+    let built_in = Path::new(env!("CARGO_MANIFEST_DIR")).join("gdb-scripts/jit.py");
+    Ok(built_in.is_file().then_some(built_in))
+}
+
+fn absolute(p: &Path) -> Result<PathBuf, String> {
+    std::fs::canonicalize(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()))
+}
+
+/// GDB arguments that load the reader (before anything else, so it sees every entry) and
+/// the Python extension.
+pub fn setup_args(reader: Option<&Path>, scripts: Option<&Path>) -> Vec<OsString> {
+    let mut v = Vec::new();
+    if let Some(r) = reader {
+        v.push("-iex".into());
+        v.push(cat("jit-reader-load ", r.as_os_str()));
+    }
+    if let Some(s) = scripts {
+        v.push("-ex".into());
+        v.push(cat("source ", s.as_os_str()));
+    }
+    v
+}
+
+fn cat(a: &str, b: &OsStr) -> OsString {
+    let mut s = OsString::from(a);
+    s.push(b);
+    s
+}
+
+/// `-ex CMD` for each command.
+fn ex(cmds: &[&str]) -> Vec<OsString> {
+    cmds.iter()
+        .flat_map(|c| ["-ex".into(), OsString::from(*c)])
+        .collect()
+}
+
+/// Like [`ex`], but echoes each command first, so a batch transcript reads like a session.
+fn ex_echoed(cmds: &[&str]) -> Vec<OsString> {
+    cmds.iter()
+        .flat_map(|c| {
+            [
+                "-ex".into(),
+                OsString::from(format!("echo \\n(gdb) {c}\\n")),
+                "-ex".into(),
+                OsString::from(*c),
+            ]
+        })
+        .collect()
+}
+
+/// Batch-mode GDB without user init files. The demo binary's Rust pretty-printer hook
+/// would only print a warning about a missing script: leave auto-loading off.
+fn batch_args() -> Vec<OsString> {
+    ["-batch", "-nx", "-iex", "set auto-load python-scripts off"]
+        .iter()
+        .map(OsString::from)
+        .collect()
+}
+
+/// Checks that `p` names a readable file, saying what it is for.
+pub fn check_readable(what: &str, p: &Path) -> Result<(), String> {
+    match std::fs::File::open(p) {
+        Ok(f) => match f.metadata() {
+            Ok(m) if m.is_file() => Ok(()),
+            Ok(_) => Err(format!("{what} {} is not a regular file", p.display())),
+            Err(e) => Err(format!("cannot read {what} {}: {e}", p.display())),
+        },
+        Err(e) => Err(format!(
+            "cannot read {what} {}: {e}; check the path and permissions",
+            p.display()
+        )),
+    }
+}
+
+/// Runs `gdb` with `args`, its output going to ours; returns its exit status.
+fn run_gdb(gdb: &Path, args: &[OsString]) -> Result<i32, String> {
+    let status = Command::new(gdb)
+        .args(args)
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", gdb.display()))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// `jit-gdb [GDB ARGS...]`: replaces this process with GDB, reader and scripts loaded.
+pub fn exec_gdb(user_args: Vec<OsString>) -> Result<i32, String> {
+    use std::os::unix::process::CommandExt;
+    let gdb = find_gdb()?;
+    let reader = find_reader()?;
+    let scripts = find_scripts()?;
+    let mut args = setup_args(Some(&reader), scripts.as_deref());
+    args.extend(user_args);
+    let err = Command::new(&gdb).args(&args).exec();
+    Err(format!("cannot run {}: {err}", gdb.display()))
+}
+
+/// `jit-gdb core PROGRAM CORE`: every thread's backtrace from a core file.
+pub fn core_report(program: &Path, core: &Path) -> Result<i32, String> {
+    check_readable("program", program)?;
+    check_readable("core file", core)?;
+    let gdb = find_gdb()?;
+    let reader = find_reader()?;
+    let scripts = find_scripts()?;
+    let mut args: Vec<OsString> = vec!["-batch".into(), "-nx".into()];
+    args.extend(setup_args(Some(&reader), scripts.as_deref()));
+    // TODO(gdb-scripts): when gdb-scripts/jit.py provides its command that lists the
+    // registered JIT functions, run it here after the backtraces (only if `scripts` is set).
+    args.extend(ex_echoed(&["info threads", "thread apply all bt"]));
+    args.push(program.as_os_str().into());
+    args.push(core.as_os_str().into());
+    run_gdb(&gdb, &args)
+}
+
+/// Writes the bundled demo script where GDB can read it (`list`), returns its path.
+fn install_demo_script() -> Result<PathBuf, String> {
+    let (name, text) = crate::demo::BUNDLED[0];
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".cache"))
+        });
+    let dir = match base {
+        Some(b) => b.join("jit-gdb"),
+        None => fresh_temp_dir("jit-gdb-demo")?,
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("cannot create {} for the demo script: {e}", dir.display()))?;
+    let path = dir.join(name);
+    if std::fs::read_to_string(&path).ok().as_deref() != Some(text) {
+        // Write aside and rename, so a concurrent demo (or its GDB) never reads half a file.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("cannot write the demo script {}: {e}", path.display()))?;
+    }
+    Ok(path)
+}
+
+/// Creates a new private directory under the temp dir.
+fn fresh_temp_dir(prefix: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    for attempt in 0..100u32 {
+        let dir = std::env::temp_dir().join(format!(
+            "{prefix}-{}-{nanos:x}-{attempt}",
+            std::process::id()
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(format!(
+                    "cannot create a directory in {}: {e}",
+                    std::env::temp_dir().display()
+                ))
+            }
+        }
+    }
+    Err(format!(
+        "cannot create a fresh directory in {}",
+        std::env::temp_dir().display()
+    ))
+}
+
+fn format_arg(format: Format) -> &'static str {
+    match format {
+        Format::Compact => "compact",
+        Format::Elf => "elf",
+    }
+}
+
+/// `jit-gdb demo`: the demo JIT under GDB, stopped in a native callback called from JIT
+/// code; or (`crash`) faulting in JIT code, then the backtrace from its core file.
+pub fn demo(format: Format, crash: bool, keep_core: bool) -> Result<i32, String> {
+    let gdb = find_gdb()?;
+    let reader = match format {
+        Format::Compact => Some(find_reader()?),
+        Format::Elf => None,
+    };
+    let scripts = find_scripts()?;
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot find the jit-gdb executable to run the demo JIT: {e}"))?;
+    let script = install_demo_script()?;
+    // Compile and register once here, so a problem shows as one clear error instead of
+    // inside GDB's transcript.
+    crate::demo::check_script(&script, format)?;
+    let run_args: Vec<OsString> = vec![
+        "run-script".into(),
+        script.clone().into(),
+        "--format".into(),
+        format_arg(format).into(),
+    ];
+    println!(
+        "jit-gdb demo: the demo JIT compiles {} to x86-64 code and registers it as {}.",
+        script.display(),
+        format.name()
+    );
+    let mut args = batch_args();
+    args.extend(setup_args(reader.as_deref(), scripts.as_deref()));
+    if crash {
+        return crash_demo(&gdb, args, &exe, run_args, keep_core);
+    }
+    println!("Running it under GDB, stopped in the native callback jit_gdb_probe:\n");
+    // `bt 12`: the JIT frames and the native code that called the script's `main`, not
+    // the whole Rust runtime below it.
+    let mut cmds = vec!["break jit_gdb_probe", "run", "bt 12", "frame 1", "list"];
+    if format == Format::Elf {
+        // Parameters and locals only travel in ELF payloads (GDB's reader API has none).
+        cmds.push("info args");
+        cmds.push("info locals");
+    }
+    cmds.extend(["delete", "continue"]);
+    args.extend(ex_echoed(&cmds));
+    args.push("--args".into());
+    args.push(exe.into());
+    args.extend(run_args);
+    run_gdb(&gdb, &args)
+}
+
+fn crash_demo(
+    gdb: &Path,
+    mut gdb_args: Vec<OsString>,
+    exe: &Path,
+    mut run_args: Vec<OsString>,
+    keep_core: bool,
+) -> Result<i32, String> {
+    run_args.push("--crash".into());
+    let dir = fresh_temp_dir("jit-gdb-crash")?;
+    let core = match kernel_core(exe, &run_args, &dir)? {
+        Some(core) => core,
+        None => {
+            // The kernel's core went elsewhere (core_pattern pipes to a handler, or core
+            // dumps are disabled): let GDB write one at the fault instead.
+            println!(
+                "The kernel wrote no core file in {}; letting GDB write one at the fault.",
+                dir.display()
+            );
+            let core = dir.join("core");
+            let mut args = batch_args();
+            args.extend(ex(&["run"]));
+            args.push("-ex".into());
+            args.push(cat("generate-core-file ", core.as_os_str()));
+            args.extend(ex(&["kill"]));
+            args.push("--args".into());
+            args.push(exe.into());
+            args.extend(run_args);
+            run_gdb(gdb, &args)?;
+            if !core.is_file() {
+                return Err(format!(
+                    "GDB did not write the core file {}",
+                    core.display()
+                ));
+            }
+            core
+        }
+    };
+    println!("\nPost-mortem: gdb {} {}\n", exe.display(), core.display());
+    gdb_args.extend(ex_echoed(&[
+        "bt 12",
+        "x/i $pc",
+        "info registers rax",
+        "frame 1",
+        "list",
+    ]));
+    gdb_args.push(exe.into());
+    gdb_args.push(core.clone().into());
+    let status = run_gdb(gdb, &gdb_args);
+    if keep_core {
+        println!("\nThe core file is kept: {}", core.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    status
+}
+
+/// Runs the crashing demo with core dumps enabled, in `dir`; returns the core file the
+/// kernel wrote there, if any.
+fn kernel_core(exe: &Path, run_args: &[OsString], dir: &Path) -> Result<Option<PathBuf>, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let pattern = std::fs::read_to_string("/proc/sys/kernel/core_pattern").unwrap_or_default();
+    if pattern.starts_with('|') || pattern.trim().is_empty() {
+        return Ok(None);
+    }
+    raise_core_limit();
+    println!(
+        "Running it with core dumps enabled; it faults in JIT code (a null pointer from probe):\n"
+    );
+    let status = Command::new(exe)
+        .args(run_args)
+        .current_dir(dir)
+        .status()
+        .map_err(|e| format!("cannot run the demo JIT {}: {e}", exe.display()))?;
+    println!("demo JIT: {status}");
+    if status.signal().is_none() {
+        return Err(format!(
+            "the demo JIT was expected to fault but ended with {status}"
+        ));
+    }
+    let found = std::fs::read_dir(dir)
+        .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("core"))
+        });
+    Ok(found)
+}
+
+/// Raises the soft core-size limit to the hard limit (children inherit it).
+fn raise_core_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read/write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_CORE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_CORE, &lim);
+        }
+    }
+}
