@@ -113,6 +113,35 @@ pub(crate) unsafe fn unlink(entry: *mut JitCodeEntry) {
     }
 }
 
+/// Puts `new` in `old`'s place in the list with one pointer store (a core file shows
+/// either entry, never a broken list), then tells the debugger to drop `old` and read `new`.
+/// After it returns, `old` and its payload may be freed.
+///
+/// # Safety
+/// `old` was linked and not unlinked since; `new` satisfies [`link`]'s contract.
+pub(crate) unsafe fn replace(old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
+    let _guard = lock();
+    // SAFETY: as in `link` and `unlink`: both entries are valid, `old` is in the list.
+    unsafe {
+        let d = ptr::addr_of_mut!(__jit_debug_descriptor);
+        let (prev, next) = ((*old).prev_entry, (*old).next_entry);
+        (*new).prev_entry = prev;
+        (*new).next_entry = next;
+        if prev.is_null() {
+            (*d).first_entry = new;
+        } else {
+            (*prev).next_entry = new;
+        }
+        if !next.is_null() {
+            (*next).prev_entry = new;
+        }
+        notify(d, old, JIT_UNREGISTER_FN);
+        notify(d, new, JIT_REGISTER_FN);
+        (*old).next_entry = ptr::null_mut();
+        (*old).prev_entry = ptr::null_mut();
+    }
+}
+
 /// Calls the hook GDB breaks on, with `relevant_entry` set, then resets the descriptor.
 ///
 /// # Safety

@@ -631,6 +631,23 @@ impl JitObject {
         Ok(())
     }
 
+    /// All functions of `objects`, in order, in one object of `arch` (the registry
+    /// consolidates many small registrations into one debugger entry). Not validated: the
+    /// encoder does that.
+    #[cfg(feature = "runtime")]
+    pub(crate) fn merged<'a>(
+        arch: Arch,
+        objects: impl IntoIterator<Item = &'a JitObject>,
+    ) -> JitObject {
+        JitObject {
+            arch,
+            functions: objects
+                .into_iter()
+                .flat_map(|o| o.functions.iter().cloned())
+                .collect(),
+        }
+    }
+
     /// Lowest start and highest end over all functions (`None` if empty).
     pub fn address_range(&self) -> Option<(u64, u64)> {
         let lo = self.functions.iter().map(|f| f.start).min()?;

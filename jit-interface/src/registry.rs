@@ -2,8 +2,10 @@
 
 use std::cell::UnsafeCell;
 use std::collections::hash_map::RandomState;
+use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use crate::descriptor::{self, JitCodeEntry};
 use crate::error::Result;
@@ -31,37 +33,102 @@ impl Format {
     }
 }
 
-/// What the list entry points to. Boxed, so its address is stable while registered.
+/// Objects with at least this many functions get a debugger entry of their own for good:
+/// they register in one stop and are never re-encoded.
+const BIG_OBJECT: usize = 64;
+
+/// Consolidation fan-in per payload format: this many entries of one level are merged into
+/// one entry of the next level. Two levels: a sealed entry holds up to `fan_in^2` objects.
+/// ELF entries are re-encoded from the kept models (DWARF and all), so their batches stay
+/// smaller.
+fn fan_in(format: Format) -> usize {
+    match format {
+        Format::Compact => 32,
+        Format::Elf => 16,
+    }
+}
+
+/// Entries of this level are never merged again (top level, big objects, failed merges).
+const SEALED: usize = 2;
+
+/// One debugger entry and the payload it points to. Boxed, so its address is stable while
+/// linked.
 struct EntryCell {
-    /// Mutated only under the descriptor's lock (link/unlink) and by the debugger.
+    /// Mutated only under the descriptor's lock (link/unlink/replace) and by the debugger.
     entry: UnsafeCell<JitCodeEntry>,
-    /// Nonzero while registered; cleared before the memory is freed. The compact payload
-    /// names this slot's address and value so that the GDB reader can tell live code from
-    /// freed and reused code (GDB never tells the reader about unregistration).
-    live: AtomicU64,
-    payload: Box<[u8]>,
+    /// Never read here: the entry points into it, so it lives as long as the entry.
+    _payload: Arc<[u8]>,
+}
+
+impl EntryCell {
+    fn new(payload: Arc<[u8]>) -> Box<EntryCell> {
+        let entry = UnsafeCell::new(JitCodeEntry::new(&payload));
+        Box::new(EntryCell {
+            entry,
+            _payload: payload,
+        })
+    }
+}
+
+/// A debugger entry holding one or more registered objects.
+struct Batch {
+    cell: Box<EntryCell>,
+    members: Vec<u64>,
+    level: usize,
+    format: Format,
+}
+
+/// A registered object, kept so that its batch can be re-encoded without it or merged.
+struct Member {
+    model: Arc<JitObject>,
+    /// Nonzero while registered; cleared once no linked entry holds the object. The compact
+    /// payload names this slot's address and value so that the GDB reader can tell live code
+    /// from freed and reused code (GDB never tells the reader about unregistration). Boxed:
+    /// the address must not move.
+    live: Box<AtomicU64>,
+    batch: u64,
+}
+
+/// B-trees rather than hash maps: their nodes are referenced by start address, so leak
+/// checkers (valgrind) see registrations still live at exit as reachable, not "possibly lost".
+#[derive(Default)]
+struct State {
+    batches: BTreeMap<u64, Batch>,
+    members: BTreeMap<u64, Member>,
+    /// Unsealed batches per format and level, in registration order.
+    open: BTreeMap<(u8, usize), Vec<u64>>,
+    next_id: u64,
+}
+
+// SAFETY: the entries' raw pointers are only read or written under the descriptor's lock or by
+// the debugger while the process is stopped; the state itself is only touched under REGISTRY.
+unsafe impl Send for State {}
+
+static REGISTRY: OnceLock<Mutex<State>> = OnceLock::new();
+
+fn registry() -> MutexGuard<'static, State> {
+    // The state is changed only after every fallible step (encoding) has succeeded, so a
+    // poisoned lock still guards a consistent state.
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
 }
 
 /// A registered object. Dropping it unregisters the object: the debugger forgets its
-/// functions and the payload is freed.
+/// functions and their debug data is freed.
 pub struct Registration {
-    cell: Box<EntryCell>,
+    id: u64,
     format: Format,
     functions: usize,
+    payload: Arc<[u8]>,
 }
-
-// SAFETY: the entry's raw pointers are only read or written under the descriptor's lock
-// (link, unlink) or by the debugger while the process is stopped; everything else in the cell
-// is immutable or atomic once registered.
-unsafe impl Send for Registration {}
-// SAFETY: `&Registration` gives read-only access to the immutable payload only.
-unsafe impl Sync for Registration {}
 
 /// A fresh nonzero key for a live slot: unique per registration within a process, and
 /// unlikely to be found by chance in memory that was freed and reused.
 fn fresh_live_key() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(1);
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    static SEED: OnceLock<u64> = OnceLock::new();
     let seed = *SEED.get_or_init(|| RandomState::new().build_hasher().finish());
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut h = RandomState::new().build_hasher();
@@ -69,42 +136,190 @@ fn fresh_live_key() -> u64 {
     h.finish() | 1
 }
 
+fn live_check(live: &AtomicU64) -> LiveCheck {
+    LiveCheck {
+        address: live as *const AtomicU64 as u64,
+        key: live.load(Ordering::Relaxed),
+    }
+}
+
 /// Encodes `object` in `format` and registers it with the debugger.
+///
+/// The object is in the descriptor's list, and the debugger (if any) has read it, when this
+/// returns. Small objects first get an entry of their own; every `fan_in` of them are then
+/// merged into one entry, and every `fan_in` of those into a sealed one, so the debugger
+/// holds few entries however many registrations are live (its cost per stop grows with
+/// them).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     object.validate()?;
-    let mut cell = Box::new(EntryCell {
-        entry: UnsafeCell::new(JitCodeEntry::new(&[])),
-        live: AtomicU64::new(fresh_live_key()),
-        payload: Box::new([]),
-    });
-    let payload = match format {
-        Format::Compact => {
-            let live = LiveCheck {
-                address: &cell.live as *const AtomicU64 as u64,
-                key: cell.live.load(Ordering::Relaxed),
-            };
-            crate::format::encode(object, Some(live))?
-        }
+    let live = Box::new(AtomicU64::new(fresh_live_key()));
+    let payload: Arc<[u8]> = match format {
+        Format::Compact => crate::format::encode(object, Some(live_check(&live)))?,
         Format::Elf => crate::elf::encode(object)?,
+    }
+    .into();
+    let functions = object.functions().len();
+    let model = Arc::new(object.clone());
+    let id = {
+        let mut st = registry();
+        let id = st.fresh_id();
+        let batch_id = st.fresh_id();
+        let level = if functions >= BIG_OBJECT { SEALED } else { 0 };
+        let batch = Batch {
+            cell: EntryCell::new(payload.clone()),
+            members: vec![id],
+            level,
+            format,
+        };
+        st.members.insert(
+            id,
+            Member {
+                model,
+                live,
+                batch: batch_id,
+            },
+        );
+        // SAFETY: the cell is boxed (stable address) and owns its payload; it stays alive
+        // until it is unlinked or replaced (`State::remove`, `State::merge`).
+        unsafe { descriptor::link(batch.cell.entry.get()) };
+        st.batches.insert(batch_id, batch);
+        if level < SEALED {
+            st.open_push(format, level, batch_id);
+        }
+        id
     };
-    cell.payload = payload.into_boxed_slice();
-    *cell.entry.get_mut() = JitCodeEntry::new(&cell.payload);
-    // SAFETY: the entry is boxed (stable address), in no list, and the payload it points to is
-    // owned by the same box; both live until `Drop` unlinks the entry.
-    unsafe { descriptor::link(cell.entry.get()) };
     // Profiler outputs (perf map, jitdump) never fail the registration.
     crate::perf::registered(object);
     Ok(Registration {
-        cell,
+        id,
         format,
-        functions: object.functions().len(),
+        functions,
+        payload,
     })
 }
 
+impl State {
+    fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn open_push(&mut self, format: Format, level: usize, batch: u64) {
+        let open = self.open.entry((format as u8, level)).or_default();
+        open.push(batch);
+        if open.len() >= fan_in(format) {
+            let ids = std::mem::take(open);
+            self.merge(format, level, ids);
+        }
+    }
+
+    /// The payload of an entry holding `members`.
+    fn encode(&self, format: Format, members: &[u64]) -> Result<Vec<u8>> {
+        let ms: Vec<&Member> = members.iter().map(|m| &self.members[m]).collect();
+        match format {
+            Format::Compact => {
+                let objects: Vec<_> = ms
+                    .iter()
+                    .map(|m| (&*m.model, Some(live_check(&m.live))))
+                    .collect();
+                crate::format::encode_bundle(&objects)
+            }
+            Format::Elf => {
+                let arch = ms[0].model.arch();
+                crate::elf::encode(&JitObject::merged(arch, ms.iter().map(|m| &*m.model)))
+            }
+        }
+    }
+
+    /// Replaces the entries `ids` (all of `level`) by one entry of `level + 1` holding all
+    /// their objects: one stop to read it, one per old entry to drop it. A core file taken
+    /// in between may show an object twice, never not at all.
+    fn merge(&mut self, format: Format, level: usize, ids: Vec<u64>) {
+        let members: Vec<u64> = ids
+            .iter()
+            .flat_map(|b| self.batches[b].members.iter().copied())
+            .collect();
+        let Ok(payload) = self.encode(format, &members) else {
+            // Only ELF can refuse a merge (functions of different objects overlapping in one
+            // ELF object): keep those entries as they are, and stop trying.
+            for b in &ids {
+                if let Some(batch) = self.batches.get_mut(b) {
+                    batch.level = SEALED;
+                }
+            }
+            return;
+        };
+        let new_id = self.fresh_id();
+        let new_level = (level + 1).min(SEALED);
+        let batch = Batch {
+            cell: EntryCell::new(payload.into()),
+            members,
+            level: new_level,
+            format,
+        };
+        // SAFETY: as in `register`.
+        unsafe { descriptor::link(batch.cell.entry.get()) };
+        for m in &batch.members {
+            if let Some(member) = self.members.get_mut(m) {
+                member.batch = new_id;
+            }
+        }
+        for b in ids {
+            if let Some(old) = self.batches.remove(&b) {
+                // SAFETY: linked when created, unlinked only here or in `remove`, which also
+                // takes it out of `batches`.
+                unsafe { descriptor::unlink(old.cell.entry.get()) };
+            }
+        }
+        self.batches.insert(new_id, batch);
+        if new_level < SEALED {
+            self.open_push(format, new_level, new_id);
+        }
+    }
+
+    /// Unregisters member `id`: its entry is unlinked if it held nothing else, otherwise
+    /// re-encoded without it (only that entry: one stop to drop it, one to read the new one).
+    fn remove(&mut self, id: u64) {
+        let Some(member) = self.members.get(&id) else {
+            return;
+        };
+        let batch_id = member.batch;
+        let Some(batch) = self.batches.get_mut(&batch_id) else {
+            return;
+        };
+        batch.members.retain(|&m| m != id);
+        if batch.members.is_empty() {
+            let batch = self.batches.remove(&batch_id).expect("looked up above");
+            // SAFETY: see `merge`.
+            unsafe { descriptor::unlink(batch.cell.entry.get()) };
+            if batch.level < SEALED {
+                if let Some(open) = self.open.get_mut(&(batch.format as u8, batch.level)) {
+                    open.retain(|&b| b != batch_id);
+                }
+            }
+        } else {
+            let (format, members) = (batch.format, batch.members.clone());
+            // A subset of objects that encoded together encodes again; should it ever fail,
+            // the object stays visible to the debugger (stale) rather than the list breaking.
+            if let Ok(payload) = self.encode(format, &members) {
+                let batch = self.batches.get_mut(&batch_id).expect("looked up above");
+                let cell = EntryCell::new(payload.into());
+                // SAFETY: the old cell is linked (see `merge`); the new one is boxed and owns
+                // its payload, and replaces the old one in the batch right after.
+                unsafe { descriptor::replace(batch.cell.entry.get(), cell.entry.get()) };
+                batch.cell = cell;
+            }
+        }
+        let member = self.members.remove(&id).expect("looked up above");
+        member.live.store(0, Ordering::Release);
+    }
+}
+
 impl Registration {
-    /// The encoded payload the debugger reads.
+    /// This object's own encoded payload (a debugger entry may hold it together with other
+    /// objects: see [`register`]).
     pub fn payload(&self) -> &[u8] {
-        &self.cell.payload
+        &self.payload
     }
 
     /// Payload format.
@@ -120,9 +335,7 @@ impl Registration {
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        // SAFETY: linked in `register` and never unlinked before (drop runs once).
-        unsafe { descriptor::unlink(self.cell.entry.get()) };
-        self.cell.live.store(0, Ordering::Release);
+        registry().remove(self.id);
     }
 }
 
@@ -131,7 +344,7 @@ impl std::fmt::Debug for Registration {
         f.debug_struct("Registration")
             .field("format", &self.format)
             .field("functions", &self.functions)
-            .field("payload_bytes", &self.cell.payload.len())
+            .field("payload_bytes", &self.payload.len())
             .finish()
     }
 }

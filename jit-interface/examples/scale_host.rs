@@ -1,0 +1,152 @@
+//! Scale host for benchmarks and `tests/scale_*.rs`: registers many fake functions (names,
+//! 8 line rows, canonical frame-pointer frame each; their code is never run) through the
+//! public API, in objects of K functions.
+//!
+//! ```text
+//! scale_host reg N K compact|elf        register N functions, K per object; print timing
+//! scale_host attach N K compact|elf     the same, then print the pid and sleep
+//! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
+//!                                       print the live set, stop in scale_host_checkpoint
+//! ```
+//! Timing goes to stderr as `TOTAL <mode> <seconds> s`.
+
+use std::time::Instant;
+
+use jit_interface::{Format, JitObject, LineRow, Registration};
+
+const FN_SIZE: u64 = 64;
+
+/// GDB breaks here to compare what it knows with the live set printed before.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn scale_host_checkpoint(live: usize) -> usize {
+    std::hint::black_box(live)
+}
+
+fn code_area(functions: u64) -> u64 {
+    let len = (functions * FN_SIZE + 4096) as usize;
+    // SAFETY: a fresh anonymous reservation; nothing is ever executed in it.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert!(p != libc::MAP_FAILED, "mmap failed");
+    p as u64
+}
+
+fn add(obj: &mut JitObject, name: &str, start: u64) {
+    let f = obj.add_function(name, start, FN_SIZE).expect("function");
+    let rows: Vec<LineRow> = (0..8)
+        .map(|i| LineRow {
+            offset: i * 6,
+            line: 10 + i,
+        })
+        .collect();
+    obj.set_lines(f, "scale.js", &rows).expect("lines");
+    obj.set_frame_pointer(f, 1, 4).expect("frame");
+}
+
+fn format_arg(s: &str) -> Format {
+    match s {
+        "compact" => Format::Compact,
+        "elf" => Format::Elf,
+        _ => panic!("format must be compact or elf, not {s}"),
+    }
+}
+
+fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
+    let base = code_area(n);
+    let mut regs = Vec::with_capacity(n.div_ceil(k) as usize);
+    let t0 = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let mut obj = JitObject::new();
+        for j in i..(i + k).min(n) {
+            add(&mut obj, &format!("jit_fn_{j:013}"), base + j * FN_SIZE);
+        }
+        regs.push(jit_interface::register(&obj, format).expect("register"));
+        i += k;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "TOTAL reg {dt:.6} s ({:.1} ns/function)",
+        dt * 1e9 / n as f64
+    );
+    regs
+}
+
+fn churn(threads: u64, ops: u64, format: Format) {
+    const SLOTS: u64 = 64;
+    let base = code_area(threads * SLOTS);
+    let t0 = Instant::now();
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut slots: Vec<Option<(String, Registration)>> =
+                    (0..SLOTS).map(|_| None).collect();
+                let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                for op in 0..ops {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let s = x % SLOTS;
+                    match slots[s as usize].take() {
+                        Some(_dropped) => {}
+                        None => {
+                            let name = format!("sc_{t}_{s}_{op}");
+                            let mut obj = JitObject::new();
+                            add(&mut obj, &name, base + (t * SLOTS + s) * FN_SIZE);
+                            let r = jit_interface::register(&obj, format).expect("register");
+                            slots[s as usize] = Some((name, r));
+                        }
+                    }
+                }
+                slots
+            })
+        })
+        .collect();
+    let mut live: Vec<(String, Registration)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("thread"))
+        .flatten()
+        .collect();
+    let dt = t0.elapsed().as_secs_f64();
+    eprintln!("TOTAL churn {dt:.6} s");
+    live.sort_by(|a, b| a.0.cmp(&b.0));
+    for (name, _) in &live {
+        println!("LIVE {name}");
+    }
+    println!("LIVE-COUNT {}", live.len());
+    scale_host_checkpoint(live.len());
+    drop(live);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |i: usize| -> u64 { args[i].parse().expect("number") };
+    match args.get(1).map(String::as_str) {
+        Some("reg") => {
+            let regs = register_all(num(2), num(3), format_arg(&args[4]));
+            scale_host_checkpoint(regs.len());
+            // Exit with everything registered, like the floor: `reg` measures registration.
+            std::process::exit(0);
+        }
+        Some("attach") => {
+            let regs = register_all(num(2), num(3), format_arg(&args[4]));
+            println!("PID {}", std::process::id());
+            std::thread::sleep(std::time::Duration::from_secs(600));
+            drop(regs);
+        }
+        Some("churn") => churn(num(2), num(3), format_arg(&args[4])),
+        _ => {
+            eprintln!("usage: scale_host reg|attach N K compact|elf | churn T OPS compact|elf");
+            std::process::exit(2);
+        }
+    }
+}
