@@ -6,7 +6,9 @@
 //! scale_host reg N K compact|elf        register N functions, K per object; print timing
 //! scale_host attach N K compact|elf     the same, then print the pid and sleep
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
-//!                                       print the live set, stop in scale_host_checkpoint
+//!                                       print every slot's address and the function
+//!                                       registered there (or -), stop in
+//!                                       scale_host_checkpoint
 //! ```
 //! Timing goes to stderr as `TOTAL <mode> <seconds> s`.
 
@@ -111,17 +113,34 @@ fn churn(threads: u64, ops: u64, format: Format) {
             })
         })
         .collect();
-    let mut live: Vec<(String, Registration)> = handles
+    let slots: Vec<Option<(String, Registration)>> = handles
         .into_iter()
         .flat_map(|h| h.join().expect("thread"))
-        .flatten()
         .collect();
     let dt = t0.elapsed().as_secs_f64();
     eprintln!("TOTAL churn {dt:.6} s");
-    live.sort_by(|a, b| a.0.cmp(&b.0));
-    for (name, _) in &live {
-        println!("LIVE {name}");
+    // Every slot's address with the function registered there now, or `-`.
+    for (i, slot) in slots.iter().enumerate() {
+        let addr = base + i as u64 * FN_SIZE;
+        match slot {
+            Some((name, _)) => println!("SLOT {addr:#x} {name}"),
+            None => println!("SLOT {addr:#x} -"),
+        }
     }
+    // With SCALE_HOST_QUERIES=FILE, write GDB commands asking for every slot's address, for
+    // the debugger to `source` at the checkpoint.
+    if let Some(path) = std::env::var_os("SCALE_HOST_QUERIES") {
+        let mut q = String::new();
+        for i in 0..slots.len() {
+            let addr = base + i as u64 * FN_SIZE;
+            let name = slots[i].as_ref().map_or("-", |(n, _)| n.as_str());
+            q += &format!(
+                "# EXPECT {addr:#x} {name}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
+            );
+        }
+        std::fs::write(path, q).expect("write the query file");
+    }
+    let live: Vec<_> = slots.into_iter().flatten().collect();
     println!("LIVE-COUNT {}", live.len());
     scale_host_checkpoint(live.len());
     drop(live);

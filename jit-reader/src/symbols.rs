@@ -2,8 +2,11 @@
 //! and only then handed to GDB's callbacks, so the shaping rules are unit-tested here.
 //!
 //! Rules, from how GDB's JIT symbol callbacks work:
-//! - One symtab per source file (a symtab has one file name); functions without lines share
-//!   one symtab without a file name.
+//! - One symtab per source file (a symtab has one file name) and run of adjacent functions;
+//!   functions without lines share such symtabs without a file name. GDB picks the symtab
+//!   for a PC by the smallest [lowest start, highest end) range that contains it, across all
+//!   entries: a symtab spanning a gap would capture PCs of functions another entry puts
+//!   there (consolidated batches interleave like that) and hide their lines.
 //! - A block per function, then its nested blocks with their parents. GDB keeps each
 //!   symtab's blocks in a list sorted by (start ascending, end descending) and inserts every
 //!   new block by walking that list, so blocks are opened in exactly that order: each
@@ -66,13 +69,26 @@ pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
         }
     }
     let mut symtabs = Vec::with_capacity(by_file.len());
-    for (file, fns) in by_file {
+    for (file, mut fns) in by_file {
         let file = file.map(|f| c_string("the file name", f)).transpose()?;
-        symtabs.push(SymtabPlan {
-            file,
-            blocks: blocks(&fns)?,
-            lines: lines(&fns)?,
-        });
+        fns.sort_by_key(|f| f.start());
+        let mut rest = &fns[..];
+        while !rest.is_empty() {
+            // The run ends at the first function that starts after everything before it.
+            let mut end = rest[0].end();
+            let mut n = 1;
+            while n < rest.len() && rest[n].start() <= end {
+                end = end.max(rest[n].end());
+                n += 1;
+            }
+            let (run, tail) = rest.split_at(n);
+            symtabs.push(SymtabPlan {
+                file: file.clone(),
+                blocks: blocks(run)?,
+                lines: lines(run)?,
+            });
+            rest = tail;
+        }
     }
     Ok(Plan { symtabs })
 }
@@ -242,21 +258,21 @@ mod tests {
             .iter()
             .map(|s| s.file.as_deref().map(|f| f.to_str().unwrap()))
             .collect();
-        assert_eq!(files, [None, Some("x.js"), Some("y.js")]);
-        let x = &p.symtabs[1];
-        let names: Vec<&str> = x.blocks.iter().map(|b| b.name.to_str().unwrap()).collect();
-        assert_eq!(names, ["b", "a"], "blocks in address order");
-        let lines: Vec<(u64, i32)> = x.lines.iter().map(|l| (l.pc, l.line)).collect();
-        assert_eq!(
-            lines,
-            [
-                (0x1000, 10),
-                (0x1010, 0),
-                (0x2000, 1),
-                (0x2004, 2),
-                (0x2010, 0)
-            ]
-        );
+        // `b` and `a` are not adjacent: a symtab each, in address order.
+        assert_eq!(files, [None, Some("x.js"), Some("x.js"), Some("y.js")]);
+        let names = |i: usize| -> Vec<&str> {
+            p.symtabs[i]
+                .blocks
+                .iter()
+                .map(|b| b.name.to_str().unwrap())
+                .collect()
+        };
+        assert_eq!((names(1), names(2)), (vec!["b"], vec!["a"]));
+        let lines = |i: usize| -> Vec<(u64, i32)> {
+            p.symtabs[i].lines.iter().map(|l| (l.pc, l.line)).collect()
+        };
+        assert_eq!(lines(1), [(0x1000, 10), (0x1010, 0)]);
+        assert_eq!(lines(2), [(0x2000, 1), (0x2004, 2), (0x2010, 0)]);
         assert!(p.symtabs[0].lines.is_empty());
         assert_eq!(p.symtabs[0].blocks.len(), 1);
     }
@@ -310,10 +326,12 @@ mod tests {
     }
 
     #[test]
-    fn bundles_merge_by_file() {
+    fn bundles_merge_by_file_and_split_at_gaps() {
         let mut o1 = JitObject::new();
         let a = o1.add_function("a", 0x1000, 0x10).unwrap();
         o1.set_lines(a, "x.js", &rows(&[(0, 1)])).unwrap();
+        let c = o1.add_function("c", 0x2010, 0x10).unwrap();
+        o1.set_lines(c, "x.js", &rows(&[(0, 3)])).unwrap();
         let mut o2 = JitObject::new();
         let b = o2.add_function("b", 0x2000, 0x10).unwrap();
         o2.set_lines(b, "x.js", &rows(&[(0, 2)])).unwrap();
@@ -328,7 +346,12 @@ mod tests {
             },
         ];
         let p = plan(&d).unwrap();
-        assert_eq!(p.symtabs.len(), 1);
-        assert_eq!(p.symtabs[0].blocks.len(), 2);
+        // `a` alone (a gap follows it), then `b` and `c`, adjacent though from two objects.
+        let names: Vec<Vec<&str>> = p
+            .symtabs
+            .iter()
+            .map(|s| s.blocks.iter().map(|b| b.name.to_str().unwrap()).collect())
+            .collect();
+        assert_eq!(names, [vec!["a"], vec!["b", "c"]]);
     }
 }

@@ -1,0 +1,113 @@
+//! The registry under concurrent register/unregister, without a debugger: after every
+//! thread has finished, the descriptor's list holds exactly the live registrations' functions,
+//! each once, with its live slot set (what attach and core files see).
+
+use std::collections::BTreeMap;
+
+use jit_interface::{decode_all, Format, JitObject, LineRow, Registration};
+
+#[repr(C)]
+struct Entry {
+    next: *const Entry,
+    prev: *const Entry,
+    addr: *const u8,
+    size: u64,
+}
+
+#[repr(C)]
+struct Descriptor {
+    version: u32,
+    action: u32,
+    relevant: *const Entry,
+    first: *const Entry,
+}
+
+/// Every compact function name in the list (with its live slot still holding its key), and
+/// the number of entries.
+fn listed() -> (BTreeMap<String, usize>, usize) {
+    let mut names = BTreeMap::new();
+    let mut entries = 0;
+    let d = jit_interface::descriptor::descriptor_address() as *const Descriptor;
+    // SAFETY: no registration runs concurrently (all threads joined); every linked entry and
+    // its payload are valid while linked; live slots are valid while their object is live.
+    unsafe {
+        let mut e = (*d).first;
+        while !e.is_null() {
+            entries += 1;
+            let bytes = std::slice::from_raw_parts((*e).addr, (*e).size as usize);
+            for obj in decode_all(bytes).expect("a listed payload decodes") {
+                let live = obj.live.expect("registry payloads carry live checks");
+                let slot = (live.address as *const u64).read_volatile();
+                assert_eq!(slot, live.key, "a listed object's live slot is cleared");
+                for f in obj.object.functions() {
+                    *names.entry(f.name().to_string()).or_default() += 1;
+                }
+            }
+            e = (*e).next;
+        }
+    }
+    (names, entries)
+}
+
+fn object(name: &str, start: u64) -> JitObject {
+    let mut obj = JitObject::new();
+    let f = obj.add_function(name, start, 64).unwrap();
+    let rows: Vec<LineRow> = (0..8)
+        .map(|i| LineRow {
+            offset: i * 6,
+            line: 10 + i,
+        })
+        .collect();
+    obj.set_lines(f, "scale.js", &rows).unwrap();
+    obj.set_frame_pointer(f, 1, 4).unwrap();
+    obj
+}
+
+#[test]
+fn concurrent_churn_leaves_exactly_the_live_set_in_the_list() {
+    const THREADS: u64 = 8;
+    const SLOTS: u64 = 64;
+    const OPS: u64 = 3000;
+    let base = 0x5100_0000_0000u64;
+    let handles: Vec<_> = (0..THREADS)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut slots: Vec<Option<(String, Registration)>> =
+                    (0..SLOTS).map(|_| None).collect();
+                let mut x = 0x2545_f491_4f6c_dd1du64 ^ (t + 1);
+                for op in 0..OPS {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let s = (x % SLOTS) as usize;
+                    if slots[s].take().is_none() {
+                        let name = format!("churn_{t}_{s}_{op}");
+                        let obj = object(&name, base + (t * SLOTS + s as u64) * 64);
+                        let r = jit_interface::register(&obj, Format::Compact).unwrap();
+                        slots[s] = Some((name, r));
+                    }
+                }
+                slots
+            })
+        })
+        .collect();
+    let live: Vec<(String, Registration)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .flatten()
+        .collect();
+    let (names, entries) = listed();
+    let expected: BTreeMap<String, usize> = live.iter().map(|(n, _)| (n.clone(), 1)).collect();
+    assert_eq!(names, expected, "the list differs from the live set");
+    assert!(
+        entries < live.len(),
+        "{entries} entries for {} live objects: nothing was consolidated",
+        live.len()
+    );
+    drop(live);
+    let (names, entries) = listed();
+    assert!(
+        names.is_empty() && entries == 0,
+        "{entries} entries left: {names:?}"
+    );
+}

@@ -1,0 +1,113 @@
+//! 8 threads registering and unregistering single functions concurrently with GDB attached
+//! (the scale host, `jit-interface/examples/scale_host.rs`): no deadlock, and at the end GDB
+//! knows exactly the live set. Each of the host's 512 code slots is looked up with
+//! `info line *ADDR`: a live slot must name the function registered there now, a free slot
+//! nothing (its earlier functions were unregistered). Small registrations are consolidated
+//! into batch entries, so this covers merging and rebuilding batches while GDB watches.
+
+mod common;
+mod reader_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use reader_support::reader_so;
+
+/// `target/<profile>/examples/scale_host`, built on first use like the reader plugin.
+fn scale_host() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .to_path_buf();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "jit-interface",
+        "--example",
+        "scale_host",
+    ])
+    .arg("--target-dir")
+    .arg(profile_dir.parent().expect("target dir"))
+    .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo");
+    assert!(status.success(), "building the scale host failed");
+    profile_dir.join("examples/scale_host")
+}
+
+fn churn_under_gdb(format: &str, threads: u32, ops: u32) {
+    let dir = TempDir::new(&format!("scale-churn-{format}"));
+    let queries = dir.join("queries.gdb");
+    let mut cmd = Command::new("gdb");
+    cmd.args(["-batch", "-nx"]);
+    if format == "compact" {
+        cmd.arg("-ex")
+            .arg(format!("jit-reader-load {}", reader_so().display()));
+    }
+    cmd.args(["-ex", "break scale_host_checkpoint", "-ex", "run", "-ex"])
+        .arg(format!("source {}", queries.display()))
+        .arg("--args")
+        .arg(scale_host())
+        .args(["churn", &threads.to_string(), &ops.to_string(), format])
+        .env("SCALE_HOST_QUERIES", &queries)
+        .current_dir(dir.path());
+    let out = cmd.output().expect("run gdb");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let q = std::fs::read_to_string(&queries)
+        .unwrap_or_else(|e| panic!("the host wrote no query file ({e}):\n{text}"));
+    // Expected: `# EXPECT ADDR NAME|-`, written by the host from its live set.
+    let expected: Vec<(String, String)> = q
+        .lines()
+        .filter_map(|l| l.strip_prefix("# EXPECT "))
+        .map(|l| {
+            let (a, n) = l.split_once(' ').expect("EXPECT line");
+            (a.to_string(), n.to_string())
+        })
+        .collect();
+    assert_eq!(expected.len(), 64 * threads as usize, "one query per slot");
+    let live = expected.iter().filter(|(_, n)| n != "-").count();
+    assert!(live > 0, "the churn left nothing registered:\n{text}");
+    let mut wrong = Vec::new();
+    for (addr, name) in &expected {
+        let marker = format!("SLOT-QUERY {addr}\n");
+        let at = text
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no answer for slot {addr}:\n{text}"));
+        let answer = text[at + marker.len()..].lines().next().unwrap_or("");
+        let named = answer
+            .split_once(" <")
+            .and_then(|(_, rest)| rest.split(['>', '+']).next())
+            .unwrap_or("-");
+        if named != name {
+            wrong.push(format!("{addr}: host has {name}, GDB says `{answer}`"));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "GDB's view differs from the live set ({live} live) at {} slot(s):\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn scale_churn_8_threads_elf_gdb_knows_exactly_the_live_set() {
+    if require_tool("gdb", "scale_churn_elf") {
+        churn_under_gdb("elf", 8, 600);
+    }
+}
+
+#[test]
+fn scale_churn_8_threads_compact_gdb_knows_exactly_the_live_set() {
+    if require_tool("gdb", "scale_churn_compact") {
+        churn_under_gdb("compact", 8, 600);
+    }
+}
