@@ -131,9 +131,9 @@ fn churn(threads: u64, ops: u64, format: Format) {
     // the debugger to `source` at the checkpoint.
     if let Some(path) = std::env::var_os("SCALE_HOST_QUERIES") {
         let mut q = String::new();
-        for i in 0..slots.len() {
+        for (i, slot) in slots.iter().enumerate() {
             let addr = base + i as u64 * FN_SIZE;
-            let name = slots[i].as_ref().map_or("-", |(n, _)| n.as_str());
+            let name = slot.as_ref().map_or("-", |(n, _)| n.as_str());
             q += &format!(
                 "# EXPECT {addr:#x} {name}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
             );
