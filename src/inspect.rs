@@ -198,6 +198,18 @@ impl<'a> Core<'a> {
             }
         }
         core.segments.sort_by_key(|s| s.vaddr);
+        let needed = core
+            .segments
+            .iter()
+            .map(|s| s.offset.saturating_add(s.filesz))
+            .max()
+            .unwrap_or(0);
+        if needed > data.len() as u64 {
+            core.problems.push(format!(
+                "the core file is truncated: its segments need {needed} bytes, it has {}; memory stored beyond the end cannot be read",
+                data.len()
+            ));
+        }
         Ok(core)
     }
 
@@ -300,7 +312,7 @@ impl<'a> Core<'a> {
                 ));
             }
             let n = left.min(s.filesz - into);
-            let file_at = s.offset.checked_add(into).unwrap_or(u64::MAX);
+            let file_at = s.offset.saturating_add(into);
             let file_end = file_at.saturating_add(n);
             if file_end > self.data.len() as u64 {
                 return Err(format!(
@@ -327,6 +339,8 @@ struct Program {
     /// Link-time address of the first byte of the file's first page (the PT_LOAD at file
     /// offset 0).
     base: Option<u64>,
+    /// The ELF file header, to recognise the program's first page in the core's memory.
+    header: Vec<u8>,
 }
 
 fn program(data: &[u8]) -> Result<Program, String> {
@@ -357,6 +371,7 @@ fn program(data: &[u8]) -> Result<Program, String> {
         entry: file.entry(),
         kind: file.kind(),
         base,
+        header: data[..data.len().min(64)].to_vec(),
     })
 }
 
@@ -387,6 +402,21 @@ fn load_bias(core: &Core<'_>, prog: &Program, exe: &Path) -> Result<(u64, String
             format!("NT_FILE mapping of the same {how} at {start:#x}"),
         ));
     }
+    // Without notes (e.g. cut off a truncated core): the program's ELF header in memory.
+    if let Some(base) = prog.base.filter(|_| prog.header.len() == 64) {
+        let found = core.segments.iter().find(|s| {
+            s.filesz >= 64 && core.read(s.vaddr, 64).ok().as_deref() == Some(&prog.header[..])
+        });
+        if let Some(s) = found {
+            return Ok((
+                s.vaddr.wrapping_sub(base),
+                format!(
+                    "its ELF header found in the core's memory at {:#x}",
+                    s.vaddr
+                ),
+            ));
+        }
+    }
     if let Some(entry) = core.entry.filter(|_| prog.entry != 0) {
         return Ok((
             entry.wrapping_sub(prog.entry),
@@ -397,7 +427,7 @@ fn load_bias(core: &Core<'_>, prog: &Program, exe: &Path) -> Result<(u64, String
         return Ok((0, "position-dependent executable".into()));
     }
     Err(format!(
-        "cannot find where {} is loaded in the core: no NT_FILE mapping of it and no AT_ENTRY",
+        "cannot find where {} is loaded in the core: no NT_FILE mapping of it, no AT_ENTRY, and its ELF header is not in the core's memory",
         exe.display()
     ))
 }
