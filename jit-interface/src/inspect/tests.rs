@@ -289,7 +289,16 @@ fn symbolizer_matches_brute_force() {
     };
     for _round in 0..50 {
         let fs: Vec<FunctionInfo> = (0..30)
-            .map(|i| func(&format!("f{i}"), next(1000), next(80) + 1))
+            .map(|i| {
+                let mut f = func(&format!("f{i}"), next(1000), next(80) + 1);
+                // Rows every 7 bytes, some starting after the function start.
+                let skip = next(3);
+                f.lines = (skip..f.size)
+                    .step_by(7)
+                    .map(|o| (f.start + o, (i * 100 + o) as u32 + 1))
+                    .collect();
+                f
+            })
             .collect();
         let s = Symbolizer::new(fs.clone());
         for addr in 0..1100u64 {
@@ -306,8 +315,13 @@ fn symbolizer_matches_brute_force() {
                         .then(ib.cmp(ia))
                 })
                 .map(|(_, f)| f.name.as_str());
-            let got = s.lookup(addr).map(|h| h.function.name.as_str());
+            let hit = s.lookup(addr);
+            let got = hit.map(|h| h.function.name.as_str());
             assert_eq!(got, want, "addr {addr}");
+            if let Some(h) = hit {
+                assert_eq!(h.line, h.function.line_at(addr), "line at {addr}");
+                assert_eq!(h.offset, addr - h.function.start);
+            }
         }
     }
 }
