@@ -1,1 +1,41 @@
-//! GDB JIT reader for jit-gdb compact records (placeholder until issue 3).
+//! # jit-reader: GDB JIT reader plugin for jit-gdb compact records
+//!
+//! Built as `libjitreader.so` and loaded in GDB with `jit-reader-load /abs/path/libjitreader.so`.
+//! For every JIT code entry of the debugged process GDB hands the payload to [`read`](gdb):
+//! compact records (see `docs/FORMAT.md`) become symbol tables (one per source file), a block
+//! per function, nested blocks and line tables; any other payload (e.g. an ELF entry) is
+//! declined silently and GDB reads it itself. The reader also keeps an index of every
+//! registered function so that its unwinder can walk JIT frames.
+//!
+//! Layout:
+//! - [`bindings`]: bindgen's rendering of GDB's `jit-reader.h` (committed; regenerate with
+//!   `scripts/regen-bindings.sh`).
+//! - `gdb`: the FFI edge: exported symbols, callbacks, register and memory access.
+//! - [`symbols`]: turns decoded objects into the symbol tables GDB is given.
+//! - [`index`]: the sorted index of registered code ranges, with liveness checks.
+//! - [`unwind`]: frame unwinding, generic part plus one module per architecture.
+//! - `report`: what the reader prints (refusals, and details with `JIT_READER_DEBUG=1`).
+//!
+//! GDB never tells a reader that an entry was unregistered, so the index trusts an entry
+//! only after confirming, through target memory, that the entry's live slot still holds the
+//! key its payload names (see [`jit_interface::format::LiveCheck`]).
+
+#[rustfmt::skip]
+#[allow(
+    non_camel_case_types,
+    non_upper_case_globals,
+    non_snake_case,
+    dead_code,
+    missing_debug_implementations,
+    clippy::all
+)]
+pub mod bindings;
+
+mod gdb;
+pub mod index;
+mod memory;
+mod report;
+pub mod symbols;
+pub mod unwind;
+
+pub use gdb::{gdb_init_reader, plugin_is_GPL_compatible};

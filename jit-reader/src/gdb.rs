@@ -1,0 +1,457 @@
+//! The FFI edge: the two exported symbols GDB looks for, the four callbacks of
+//! `gdb_reader_funcs`, and safe wrappers over the callbacks GDB passes in (symbol building,
+//! register access, target memory). All `unsafe` of the reader is here.
+//!
+//! Every callback runs inside [`guard`]: a panic (a bug) is caught, reported and turned into
+//! GDB_FAIL (or an empty frame id), so no panic ever unwinds into GDB.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_long, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+use std::sync::{Mutex, MutexGuard};
+
+use jit_interface::format::{decode_all, DecodeError};
+
+use crate::bindings::{
+    gdb_block, gdb_frame_id, gdb_line_mapping, gdb_object, gdb_reader_funcs, gdb_reg_value,
+    gdb_status, gdb_status_GDB_FAIL, gdb_status_GDB_SUCCESS, gdb_symbol_callbacks, gdb_symtab,
+    gdb_target_read, gdb_unwind_callbacks, GDB_READER_INTERFACE_VERSION,
+};
+use crate::index::Index;
+use crate::memory::Memory;
+use crate::report::{self, debug};
+use crate::symbols::{self, Plan};
+use crate::unwind::{self, Outcome, Registers};
+
+/// The registered code the unwinder knows about. GDB calls readers from one thread; the
+/// mutex only makes the global sound.
+static INDEX: Mutex<Index> = Mutex::new(Index::new());
+
+fn index() -> MutexGuard<'static, Index> {
+    // A panic caught while the lock was held leaves a consistent map (every mutation is a
+    // single BTreeMap operation), so a poisoned lock is still usable.
+    INDEX.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `gdb_reader_funcs` handed to GDB. GDB only reads it, but takes a mutable pointer.
+struct Funcs(UnsafeCell<gdb_reader_funcs>);
+
+// SAFETY: the table is never written after initialisation (neither by us nor by GDB).
+unsafe impl Sync for Funcs {}
+
+static FUNCS: Funcs = Funcs(UnsafeCell::new(gdb_reader_funcs {
+    reader_version: GDB_READER_INTERFACE_VERSION as c_int,
+    priv_data: ptr::null_mut(),
+    read: Some(read),
+    unwind: Some(unwind),
+    get_frame_id: Some(get_frame_id),
+    destroy: Some(destroy),
+}));
+
+/// GDB refuses readers without this symbol ("Reader not GPL compatible."). This reader is
+/// GPL-3.0-or-later.
+#[no_mangle]
+pub extern "C" fn plugin_is_GPL_compatible() -> c_int {
+    0
+}
+
+/// Entry point GDB calls on `jit-reader-load`. Starts from an empty index: GDB then reads
+/// every entry of the process's list again.
+#[no_mangle]
+pub extern "C" fn gdb_init_reader() -> *mut gdb_reader_funcs {
+    guard((), || {
+        report::init();
+        index().clear();
+        debug!("loaded (JIT_READER_DEBUG is on)");
+    });
+    FUNCS.0.get()
+}
+
+/// Runs a callback body; a panic becomes `fallback` and one line on stderr.
+fn guard<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(_) => {
+            report::line(format_args!(
+                "internal error (a bug in the reader, please report it); the request was declined"
+            ));
+            fallback
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// read
+
+unsafe extern "C" fn read(
+    _self: *mut gdb_reader_funcs,
+    cb: *mut gdb_symbol_callbacks,
+    memory: *mut c_void,
+    memory_sz: c_long,
+) -> gdb_status {
+    guard(gdb_status_GDB_FAIL, || {
+        let Ok(len) = usize::try_from(memory_sz) else {
+            return gdb_status_GDB_FAIL;
+        };
+        let payload: &[u8] = if len == 0 || memory.is_null() {
+            &[]
+        } else {
+            // SAFETY: GDB passes its own copy of the entry's payload, `memory_sz` bytes,
+            // valid and unchanged for the duration of this call.
+            unsafe { std::slice::from_raw_parts(memory.cast::<u8>(), len) }
+        };
+        let Some(syms) = SymbolCallbacks::new(cb) else {
+            report::line(format_args!(
+                "GDB passed no symbol callbacks; entry skipped"
+            ));
+            return gdb_status_GDB_FAIL;
+        };
+        read_payload(&syms, payload)
+    })
+}
+
+fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
+    let decoded = match decode_all(payload) {
+        Ok(d) => d,
+        Err(DecodeError::NotOurs) => {
+            debug!(
+                "entry of {} bytes is not a compact payload: left to GDB",
+                payload.len()
+            );
+            return gdb_status_GDB_FAIL;
+        }
+        Err(DecodeError::Invalid(why)) => {
+            report::refused(payload, &why);
+            return gdb_status_GDB_FAIL;
+        }
+    };
+    let plan = match symbols::plan(&decoded) {
+        Ok(p) => p,
+        Err(why) => {
+            report::refused(payload, &why);
+            return gdb_status_GDB_FAIL;
+        }
+    };
+    syms.emit(&plan);
+    let mem = GdbMemory(syms.target_read);
+    let added = index().add(&decoded, &mem);
+    debug!(
+        "read an entry of {} bytes: {} object(s), {added} function(s), {} symtab(s)",
+        payload.len(),
+        decoded.len(),
+        plan.symtabs.len()
+    );
+    gdb_status_GDB_SUCCESS
+}
+
+type ObjectOpen = unsafe extern "C" fn(*mut gdb_symbol_callbacks) -> *mut gdb_object;
+type SymtabOpen = unsafe extern "C" fn(
+    *mut gdb_symbol_callbacks,
+    *mut gdb_object,
+    *const std::ffi::c_char,
+) -> *mut gdb_symtab;
+type BlockOpen = unsafe extern "C" fn(
+    *mut gdb_symbol_callbacks,
+    *mut gdb_symtab,
+    *mut gdb_block,
+    u64,
+    u64,
+    *const std::ffi::c_char,
+) -> *mut gdb_block;
+type SymtabClose = unsafe extern "C" fn(*mut gdb_symbol_callbacks, *mut gdb_symtab);
+type ObjectClose = unsafe extern "C" fn(*mut gdb_symbol_callbacks, *mut gdb_object);
+type LinesAdd =
+    unsafe extern "C" fn(*mut gdb_symbol_callbacks, *mut gdb_symtab, c_int, *mut gdb_line_mapping);
+
+/// GDB's symbol-building callbacks, all present.
+struct SymbolCallbacks {
+    cb: *mut gdb_symbol_callbacks,
+    object_open: ObjectOpen,
+    symtab_open: SymtabOpen,
+    block_open: BlockOpen,
+    symtab_close: SymtabClose,
+    object_close: ObjectClose,
+    line_mapping_add: LinesAdd,
+    target_read: gdb_target_read,
+}
+
+impl SymbolCallbacks {
+    fn new(cb: *mut gdb_symbol_callbacks) -> Option<SymbolCallbacks> {
+        if cb.is_null() {
+            return None;
+        }
+        // SAFETY: GDB passes a valid callback table for the duration of `read`.
+        let t = unsafe { &*cb };
+        Some(SymbolCallbacks {
+            cb,
+            object_open: t.object_open?,
+            symtab_open: t.symtab_open?,
+            block_open: t.block_open?,
+            symtab_close: t.symtab_close?,
+            object_close: t.object_close?,
+            line_mapping_add: t.line_mapping_add?,
+            target_read: t.target_read,
+        })
+    }
+
+    /// Hands the plan to GDB: one object (one objfile, tied to the entry), its symtabs.
+    fn emit(&self, plan: &Plan) {
+        let cb = self.cb;
+        // SAFETY (all calls below): `cb` is GDB's table for this `read` call; the handles
+        // passed back are the ones GDB returned in this call; strings are NUL-terminated
+        // CStrings and the line array a live Vec, all outliving the calls (GDB copies them).
+        let obj = unsafe { (self.object_open)(cb) };
+        for st in &plan.symtabs {
+            let file = st.file.as_ref().map_or(ptr::null(), |f| f.as_ptr());
+            // SAFETY: see above.
+            let symtab = unsafe { (self.symtab_open)(cb, obj, file) };
+            let mut handles: Vec<*mut gdb_block> = Vec::with_capacity(st.blocks.len());
+            for b in &st.blocks {
+                let parent = b
+                    .parent
+                    .and_then(|p| handles.get(p).copied())
+                    .unwrap_or(ptr::null_mut());
+                // SAFETY: see above.
+                let h = unsafe {
+                    (self.block_open)(cb, symtab, parent, b.begin, b.end, b.name.as_ptr())
+                };
+                handles.push(h);
+            }
+            if !st.lines.is_empty() {
+                let mut lines: Vec<gdb_line_mapping> = st
+                    .lines
+                    .iter()
+                    .map(|l| gdb_line_mapping {
+                        line: l.line,
+                        pc: l.pc,
+                    })
+                    .collect();
+                // The plan caps the count at i32::MAX.
+                let n = c_int::try_from(lines.len()).unwrap_or(c_int::MAX);
+                // SAFETY: see above; `n` <= lines.len().
+                unsafe { (self.line_mapping_add)(cb, symtab, n, lines.as_mut_ptr()) };
+            }
+            // SAFETY: see above.
+            unsafe { (self.symtab_close)(cb, symtab) };
+        }
+        // SAFETY: see above.
+        unsafe { (self.object_close)(cb, obj) };
+    }
+}
+
+/// Target memory through GDB's `target_read`.
+struct GdbMemory(gdb_target_read);
+
+impl Memory for GdbMemory {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        let Some(read) = self.0 else {
+            return false;
+        };
+        let Ok(len) = c_int::try_from(buf.len()) else {
+            return false;
+        };
+        if addr.checked_add(buf.len() as u64).is_none() {
+            return false;
+        }
+        // SAFETY: `buf` is writable for `len` bytes; GDB fills it or reports failure.
+        let status = unsafe { read(addr, buf.as_mut_ptr().cast::<c_void>(), len) };
+        status == gdb_status_GDB_SUCCESS
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// unwind, get_frame_id
+
+/// GDB's unwind callbacks: register access of the frame being unwound, and memory.
+struct UnwindCallbacks {
+    cb: *mut gdb_unwind_callbacks,
+    reg_get: unsafe extern "C" fn(*mut gdb_unwind_callbacks, c_int) -> *mut gdb_reg_value,
+    /// Absent in `get_frame_id` (GDB passes NULL there).
+    reg_set: Option<unsafe extern "C" fn(*mut gdb_unwind_callbacks, c_int, *mut gdb_reg_value)>,
+    memory: GdbMemory,
+}
+
+impl UnwindCallbacks {
+    fn new(cb: *mut gdb_unwind_callbacks) -> Option<UnwindCallbacks> {
+        if cb.is_null() {
+            return None;
+        }
+        // SAFETY: GDB passes a valid callback table for the duration of the call.
+        let t = unsafe { &*cb };
+        Some(UnwindCallbacks {
+            cb,
+            reg_get: t.reg_get?,
+            reg_set: t.reg_set,
+            memory: GdbMemory(t.target_read),
+        })
+    }
+
+    /// Gives GDB a register value of the caller frame.
+    fn set(&self, dwarf_regnum: u16, value: u64) {
+        let Some(reg_set) = self.reg_set else {
+            return;
+        };
+        let v = Box::into_raw(Box::new(OwnedRegValue {
+            size: 8,
+            defined: 1,
+            free: Some(free_reg_value),
+            value: value.to_le_bytes(),
+        }));
+        // SAFETY: `v` is a heap value laid out as `gdb_reg_value` with 8 value bytes; GDB
+        // takes ownership and releases it through `free_reg_value`.
+        unsafe {
+            reg_set(
+                self.cb,
+                c_int::from(dwarf_regnum),
+                v.cast::<gdb_reg_value>(),
+            )
+        };
+    }
+}
+
+impl Registers for UnwindCallbacks {
+    fn get(&self, dwarf_regnum: u16) -> Option<u64> {
+        // SAFETY: `cb` is GDB's table for this call; the register number is one of the
+        // architecture's DWARF numbers, which GDB maps.
+        let v = unsafe { (self.reg_get)(self.cb, c_int::from(dwarf_regnum)) };
+        if v.is_null() {
+            return None;
+        }
+        // SAFETY: GDB returns a value whose `size` bytes follow the header; it is ours to
+        // read and then release with its `free` function, exactly once.
+        unsafe {
+            let size = (*v).size;
+            let defined = (*v).defined != 0;
+            let mut bytes = [0u8; 8];
+            let value = if defined && (1..=8).contains(&size) {
+                let src = ptr::addr_of!((*v).value).cast::<u8>();
+                ptr::copy_nonoverlapping(src, bytes.as_mut_ptr(), size as usize);
+                Some(u64::from_le_bytes(bytes))
+            } else {
+                None
+            };
+            if let Some(free) = (*v).free {
+                free(v);
+            }
+            value
+        }
+    }
+}
+
+impl Memory for UnwindCallbacks {
+    fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+        self.memory.read(addr, buf)
+    }
+}
+
+/// A register value the reader hands to GDB: `gdb_reg_value` with room for 8 bytes.
+#[repr(C)]
+struct OwnedRegValue {
+    size: c_int,
+    defined: c_int,
+    free: Option<unsafe extern "C" fn(*mut gdb_reg_value)>,
+    value: [u8; 8],
+}
+
+// The prefix must match GDB's struct for GDB to read it as one.
+const _: () = assert!(
+    std::mem::offset_of!(OwnedRegValue, value) == std::mem::offset_of!(gdb_reg_value, value)
+);
+
+unsafe extern "C" fn free_reg_value(v: *mut gdb_reg_value) {
+    guard((), || {
+        if !v.is_null() {
+            // SAFETY: every value passed to GDB was made by `Box::new(OwnedRegValue)` in
+            // `UnwindCallbacks::set`, and GDB frees each once.
+            drop(unsafe { Box::from_raw(v.cast::<OwnedRegValue>()) });
+        }
+    })
+}
+
+unsafe extern "C" fn unwind(
+    _self: *mut gdb_reader_funcs,
+    cb: *mut gdb_unwind_callbacks,
+) -> gdb_status {
+    guard(gdb_status_GDB_FAIL, || {
+        let Some(ucb) = UnwindCallbacks::new(cb) else {
+            return gdb_status_GDB_FAIL;
+        };
+        let mut index = index();
+        if index.is_empty() {
+            return gdb_status_GDB_FAIL;
+        }
+        match unwind::unwind(&mut index, &ucb, &ucb) {
+            Outcome::NotOurs(_) => gdb_status_GDB_FAIL,
+            Outcome::Frame {
+                func,
+                lookup_pc,
+                regs,
+                step,
+            } => {
+                let nums = unwind::host_regs();
+                match step.caller {
+                    Ok(c) => {
+                        ucb.set(nums.pc, c.pc);
+                        ucb.set(nums.sp, c.sp);
+                        if let Some(fp) = c.fp {
+                            ucb.set(nums.fp, fp);
+                        }
+                        debug!(
+                            "unwound {} at pc {:#x} (looked up {lookup_pc:#x}): caller pc {:#x} sp {:#x} fp {}",
+                            func.name,
+                            regs.pc,
+                            c.pc,
+                            c.sp,
+                            c.fp.map_or("unknown".into(), |f| format!("{f:#x}"))
+                        );
+                    }
+                    // Claim the frame but give no caller registers: GDB shows the frame and
+                    // ends the backtrace ("frame did not save the PC").
+                    Err(why) => debug!(
+                        "backtrace ends in {} at pc {:#x}: {why}",
+                        func.name, regs.pc
+                    ),
+                }
+                gdb_status_GDB_SUCCESS
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn get_frame_id(
+    _self: *mut gdb_reader_funcs,
+    cb: *mut gdb_unwind_callbacks,
+) -> gdb_frame_id {
+    let none = gdb_frame_id {
+        code_address: 0,
+        stack_address: 0,
+    };
+    guard(none, || {
+        let Some(ucb) = UnwindCallbacks::new(cb) else {
+            return none;
+        };
+        let nums = unwind::host_regs();
+        match unwind::unwind(&mut index(), &ucb, &ucb) {
+            Outcome::Frame {
+                func, regs, step, ..
+            } => gdb_frame_id {
+                code_address: func.start,
+                stack_address: step.cfa.or(regs.sp).unwrap_or(0),
+            },
+            // Only asked for frames `unwind` claimed; stay deterministic regardless.
+            Outcome::NotOurs(_) => gdb_frame_id {
+                code_address: ucb.get(nums.pc).unwrap_or(0),
+                stack_address: ucb.get(nums.sp).unwrap_or(0),
+            },
+        }
+    })
+}
+
+unsafe extern "C" fn destroy(_self: *mut gdb_reader_funcs) {
+    guard((), || {
+        index().clear();
+        report::finish();
+        debug!("unloaded");
+    })
+}

@@ -1,0 +1,214 @@
+//! Unwinding JIT frames: find the function a frame is in, then apply its frame-description
+//! row (see [`jit_interface::UnwindRow`]) to recover the caller's registers.
+//!
+//! The architecture-specific parts (register numbers, where the return address lives, what
+//! a sane stack looks like) are in one module per architecture: [`x86_64`] now, aarch64
+//! beside it later.
+//!
+//! ## Which address to look up: the PC or the PC minus one
+//! In a caller frame the PC is a return address, the instruction after a call. If that call
+//! was the last instruction of a function, the return address is the function's end, which
+//! belongs to the next function or to none; looking up `pc - 1` finds the right function.
+//! In the innermost frame (or one interrupted by a signal) the PC is the instruction about
+//! to run and must be looked up as is. GDB's reader API does not say which kind of frame it
+//! asks about, so the rule is:
+//! - if the PC is inside a function and not its first byte, `pc` and `pc - 1` are in the
+//!   same function and the row at the PC also describes the call before it (a call does not
+//!   change its caller's frame): use the PC;
+//! - otherwise (the PC is a function's first byte, or in no function while `pc - 1` is), the
+//!   frame is taken as a caller frame, and `pc - 1` used, only if the word just below its
+//!   stack pointer holds the PC, which is where the call pushed it (x86-64) — true for every
+//!   caller frame, whichever unwinder produced it, and for an innermost frame only by
+//!   coincidence.
+//!
+//! ## When the stack is corrupt
+//! A frame in JIT code whose row cannot be applied sanely (unknown registers, misaligned or
+//! implausible addresses, a frame larger than [`x86_64::MAX_FRAME`], a caller frame not
+//! strictly above this one, unreadable memory) is still claimed by the reader, with an
+//! unknown caller: GDB then shows it and ends the backtrace there, instead of handing the
+//! frame to a heuristic unwinder or walking garbage.
+
+use std::sync::Arc;
+
+use jit_interface::Arch;
+
+use crate::index::{CodeFn, Index};
+pub use crate::memory::Memory;
+
+pub mod x86_64;
+
+/// Register values of the frame being unwound, by DWARF register number (`None`: unknown).
+pub trait Registers {
+    fn get(&self, dwarf_regnum: u16) -> Option<u64>;
+}
+
+/// DWARF numbers of the registers the unwinder reads and sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArchRegs {
+    pub pc: u16,
+    pub sp: u16,
+    pub fp: u16,
+}
+
+/// The registers of the frame being unwound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRegs {
+    pub pc: u64,
+    pub sp: Option<u64>,
+    pub fp: Option<u64>,
+}
+
+/// The caller's registers, as recovered. Everything else is unknown in the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerRegs {
+    pub pc: u64,
+    pub sp: u64,
+    /// `None`: the frame pointer was not saved and its value in this frame is unknown.
+    pub fp: Option<u64>,
+}
+
+/// The result of applying one row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// The canonical frame address, if it could be computed (the frame's identity).
+    pub cfa: Option<u64>,
+    /// The caller, or why the backtrace ends at this frame.
+    pub caller: Result<CallerRegs, String>,
+}
+
+/// What the unwinder makes of a frame.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    /// Not in (live) registered JIT code: let GDB's other unwinders handle it.
+    NotOurs(&'static str),
+    /// A frame of a JIT function.
+    Frame {
+        func: Arc<CodeFn>,
+        /// The address the function and row were looked up with (PC or PC - 1).
+        lookup_pc: u64,
+        regs: FrameRegs,
+        step: Step,
+    },
+}
+
+/// Register numbers for the architecture GDB and this reader run on.
+pub fn host_regs() -> ArchRegs {
+    match Arch::HOST {
+        Arch::X86_64 => x86_64::REGS,
+        // aarch64 unwinding slots in here (x29 29, x30 30, sp 31, pc 32).
+        Arch::Aarch64 => ArchRegs {
+            pc: 32,
+            sp: 31,
+            fp: 29,
+        },
+    }
+}
+
+/// Unwinds the frame whose registers `regs` gives.
+pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outcome {
+    let nums = host_regs();
+    let Some(pc) = regs.get(nums.pc) else {
+        return Outcome::NotOurs("the PC is unknown");
+    };
+    // The common case, a PC outside all JIT code, costs two map searches and nothing else.
+    if index.peek(pc).is_none() && pc.checked_sub(1).and_then(|a| index.peek(a)).is_none() {
+        return Outcome::NotOurs("the PC is not in registered JIT code");
+    }
+    let frame = FrameRegs {
+        pc,
+        sp: regs.get(nums.sp),
+        fp: regs.get(nums.fp),
+    };
+    let Some((func, lookup_pc)) = resolve(index, frame, mem) else {
+        return Outcome::NotOurs("the PC is in no live registered function");
+    };
+    let step = match (func.arch, Arch::HOST) {
+        (Arch::X86_64, Arch::X86_64) => x86_64::step(&func, lookup_pc, &frame, mem),
+        _ => Step {
+            cfa: None,
+            caller: Err(format!(
+                "no {} unwinder in this reader (host is {})",
+                func.arch.name(),
+                Arch::HOST.name()
+            )),
+        },
+    };
+    Outcome::Frame {
+        func,
+        lookup_pc,
+        regs: frame,
+        step,
+    }
+}
+
+/// Finds the live function of a frame and the address to look up rows with (module docs).
+fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(Arc<CodeFn>, u64)> {
+    let pc = frame.pc;
+    let here = index.lookup(pc, mem);
+    if let Some(f) = &here {
+        if pc > f.start {
+            return Some((f.clone(), pc));
+        }
+    }
+    let before = pc.checked_sub(1).and_then(|a| index.lookup(a, mem));
+    match (here, before) {
+        (here, None) => here.map(|f| (f, pc)),
+        (here, Some(b)) => {
+            if is_return_address(frame, mem) {
+                Some((b, pc - 1))
+            } else {
+                here.map(|f| (f, pc))
+            }
+        }
+    }
+}
+
+/// Does the frame look like a caller frame, its PC a return address?
+fn is_return_address(frame: FrameRegs, mem: &dyn Memory) -> bool {
+    match Arch::HOST {
+        Arch::X86_64 => x86_64::pushed_return_address(frame, mem),
+        Arch::Aarch64 => false,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    //! Fake stacks and registers for unit tests.
+    use super::*;
+    use std::collections::BTreeMap;
+
+    /// Memory made of readable 8-byte words; everything else is unreadable.
+    #[derive(Debug, Default, Clone)]
+    pub struct FakeMem {
+        pub words: BTreeMap<u64, u64>,
+    }
+
+    impl FakeMem {
+        pub fn set(&mut self, addr: u64, value: u64) -> &mut Self {
+            self.words.insert(addr, value);
+            self
+        }
+    }
+
+    impl Memory for FakeMem {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            for (i, chunk) in buf.chunks_mut(8).enumerate() {
+                let Some(w) = self.words.get(&(addr + 8 * i as u64)) else {
+                    return false;
+                };
+                chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+            }
+            true
+        }
+    }
+
+    /// Registers by DWARF number.
+    #[derive(Debug, Default, Clone)]
+    pub struct FakeRegs(pub BTreeMap<u16, u64>);
+
+    impl Registers for FakeRegs {
+        fn get(&self, dwarf_regnum: u16) -> Option<u64> {
+            self.0.get(&dwarf_regnum).copied()
+        }
+    }
+}

@@ -1,0 +1,456 @@
+//! `reader_testhost`: extra JIT scenarios for the GDB reader's end-to-end tests
+//! (`tests/reader_*.rs`), beside the main test host. Not meant for users.
+//!
+//! Each mode compiles a few tiny x86-64 functions at run time (bytes written by hand),
+//! registers them and calls them from native code, stopping in the native
+//! `reader_host_break` (break there) unless said otherwise:
+//!
+//! - `clobber`: `jit_clobber_caller -> jit_clobber`; `jit_clobber` sets up its frame
+//!   pointer, then mangles rsp (`xor $-1, %rsp`, like GDB's own reader test) and executes
+//!   `int3` (SIGTRAP: the debugger stops with rsp garbage), then restores rsp and returns.
+//! - `reuse`: `jit_old` (frame pointer) is registered and run (stop 1), unregistered, and
+//!   its code address reused for `jit_new` (frameless, other size and rows), registered and
+//!   run (stop 2).
+//! - `mixed`: `jit_elf_outer` registered as ELF calls `jit_compact_inner` registered as
+//!   compact records (stop).
+//! - `corrupt`: `jit_intact_outer -> jit_intact_inner` registered intact, plus six damaged
+//!   compact payloads (a flipped byte, truncations, an inflated count) linked into GDB's list
+//!   by hand (stop).
+//!
+//! Every mode first prints `jit-fn ...` lines in the main host's format (see
+//! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use jit_interface::format::{decode_all, encode, DecodeError};
+use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
+
+const USAGE: &str = "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt";
+
+/// Fixed code address (away from the main host's), so runs are reproducible.
+const BASE: u64 = 0x1b17_0000_0000;
+const CODE_LEN: usize = 4096;
+
+const SOURCE_NAME: &str = "reader_host.jit";
+const SOURCE: &str = "\
+// reader_testhost pseudo source
+function frame_pointer_function() {
+  call();
+  return;
+}
+function frameless_function() {
+  call();
+  return;
+}
+function clobbering_function() {
+  rsp = ~rsp;
+  trap();
+  rsp = rbp;
+}
+";
+
+/// Where native code stops; JIT code calls it last.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn reader_host_break(n: i64) -> i64 {
+    std::hint::black_box(n) + 1
+}
+
+/// Native caller of JIT code.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn reader_host_run(entry: u64, n: i64) -> i64 {
+    // SAFETY: `entry` is the address of a JIT function compiled for this signature, in a
+    // mapped read-execute buffer.
+    let f: extern "C" fn(i64) -> i64 = unsafe { std::mem::transmute(entry as usize) };
+    std::hint::black_box(f(n))
+}
+
+/// One hand-assembled function.
+struct Code {
+    name: &'static str,
+    bytes: Vec<u8>,
+    insns: Vec<u32>,
+    lines: Vec<LineRow>,
+    /// `None`: frame pointer (push_end 1, setup_end 4, one epilogue at `epilogue`).
+    rows: Option<Vec<UnwindRow>>,
+    epilogue: (u32, u32),
+}
+
+impl Code {
+    fn new(name: &'static str) -> Code {
+        Code {
+            name,
+            bytes: vec![],
+            insns: vec![],
+            lines: vec![],
+            rows: None,
+            epilogue: (0, 0),
+        }
+    }
+    fn off(&self) -> u32 {
+        self.bytes.len() as u32
+    }
+    fn insn(&mut self, b: &[u8]) -> &mut Self {
+        self.insns.push(self.off());
+        self.bytes.extend_from_slice(b);
+        self
+    }
+    fn line(&mut self, line: u32) -> &mut Self {
+        self.lines.push(LineRow {
+            offset: self.off(),
+            line,
+        });
+        self
+    }
+    fn call(&mut self, target: u64) -> &mut Self {
+        let mut mov = vec![0x48, 0xb8]; // mov rax, imm64
+        mov.extend_from_slice(&target.to_le_bytes());
+        self.insn(&mov).insn(&[0xff, 0xd0]) // call rax
+    }
+}
+
+const PUSH_RBP: &[u8] = &[0x55];
+const MOV_RBP_RSP: &[u8] = &[0x48, 0x89, 0xe5];
+const MOV_RSP_RBP: &[u8] = &[0x48, 0x89, 0xec];
+const POP_RBP: &[u8] = &[0x5d];
+const RET: &[u8] = &[0xc3];
+
+/// `push rbp; mov rbp, rsp; call target; pop rbp; ret` (lines 2-4).
+fn frame_pointer_fn(name: &'static str, target: u64) -> Code {
+    let mut c = Code::new(name);
+    c.line(2).insn(PUSH_RBP).insn(MOV_RBP_RSP);
+    c.line(3).call(target);
+    c.line(4).insn(POP_RBP);
+    let restore_end = c.off();
+    c.insn(RET);
+    c.epilogue = (restore_end, c.off());
+    c
+}
+
+/// `sub rsp, 8; call target; add rsp, 8; ret` with rsp-based rows (lines 6-8).
+fn frameless_fn(name: &'static str, target: u64) -> Code {
+    let mut c = Code::new(name);
+    c.line(6).insn(&[0x48, 0x83, 0xec, 0x08]);
+    let body = c.off();
+    c.line(7).call(target);
+    c.line(8).insn(&[0x48, 0x83, 0xc4, 0x08]);
+    let popped = c.off();
+    c.insn(RET);
+    let row = |offset, cfa_offset| UnwindRow {
+        offset,
+        cfa_base: CfaBase::Sp,
+        cfa_offset,
+        fp_offset: 0,
+    };
+    c.rows = Some(vec![row(0, 8), row(body, 16), row(popped, 8)]);
+    c
+}
+
+/// Frame pointer, then `xor $-1, %rsp; int3; mov rsp, rbp`, epilogue (lines 10-13).
+fn clobber_fn(name: &'static str) -> Code {
+    let mut c = Code::new(name);
+    c.line(10).insn(PUSH_RBP).insn(MOV_RBP_RSP);
+    c.line(11).insn(&[0x48, 0x83, 0xf4, 0xff]);
+    c.line(12).insn(&[0xcc]);
+    c.line(13).insn(MOV_RSP_RBP).insn(POP_RBP);
+    let restore_end = c.off();
+    c.insn(RET);
+    c.epilogue = (restore_end, c.off());
+    c
+}
+
+/// The read-execute code buffer, rewritable (for the reuse scenario).
+struct Buffer {
+    ptr: *mut u8,
+}
+
+impl Buffer {
+    fn map() -> Result<Buffer, String> {
+        // SAFETY: a new anonymous private mapping; MAP_FIXED_NOREPLACE never replaces one.
+        let p = unsafe {
+            libc::mmap(
+                BASE as *mut libc::c_void,
+                CODE_LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED || p as u64 != BASE {
+            return Err(format!(
+                "cannot map code at {BASE:#x}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(Buffer { ptr: p.cast() })
+    }
+
+    fn protect(&self, prot: libc::c_int) -> Result<(), String> {
+        // SAFETY: our own mapping, whole length.
+        if unsafe { libc::mprotect(self.ptr.cast(), CODE_LEN, prot) } != 0 {
+            return Err(format!("mprotect: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Writes functions back to back (16-byte aligned) and makes the buffer executable;
+    /// returns their start addresses.
+    fn place(&self, fns: &[&Code]) -> Result<Vec<u64>, String> {
+        self.protect(libc::PROT_READ | libc::PROT_WRITE)?;
+        // Fill with int3 so that stale code can never run by accident.
+        // SAFETY: inside our read-write mapping.
+        unsafe { std::ptr::write_bytes(self.ptr, 0xcc, CODE_LEN) };
+        let mut at = 0usize;
+        let mut starts = vec![];
+        for f in fns {
+            assert!(at + f.bytes.len() <= CODE_LEN);
+            // SAFETY: inside our read-write mapping (checked above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(f.bytes.as_ptr(), self.ptr.add(at), f.bytes.len())
+            };
+            starts.push(BASE + at as u64);
+            at = (at + f.bytes.len() + 15) & !15;
+        }
+        self.protect(libc::PROT_READ | libc::PROT_EXEC)?;
+        Ok(starts)
+    }
+}
+
+/// Adds `c` at `start` to `obj` and prints its `jit-fn` line.
+fn describe(obj: &mut JitObject, c: &Code, start: u64, file: &str) -> Result<(), String> {
+    let err = |e: jit_interface::Error| format!("{}: {e}", c.name);
+    let id = obj
+        .add_function(c.name, start, c.bytes.len() as u64)
+        .map_err(err)?;
+    obj.set_lines(id, file, &c.lines).map_err(err)?;
+    match &c.rows {
+        Some(rows) => obj.set_unwind(id, rows).map_err(err)?,
+        None => {
+            obj.set_frame_pointer(id, 1, 4).map_err(err)?;
+            obj.add_epilogue(id, c.epilogue.0, c.epilogue.1)
+                .map_err(err)?;
+        }
+    }
+    let join = |v: Vec<String>| v.join(",");
+    println!(
+        "jit-fn name={} start={start:#x} size={} frame={} insns={} lines={} file={file}",
+        c.name,
+        c.bytes.len(),
+        if c.rows.is_some() { "rows" } else { "fp" },
+        join(c.insns.iter().map(|i| i.to_string()).collect()),
+        join(
+            c.lines
+                .iter()
+                .map(|r| format!("{}:{}", r.offset, r.line))
+                .collect()
+        ),
+    );
+    Ok(())
+}
+
+fn register(fns: &[(&Code, u64)], file: &str, format: Format) -> Result<Registration, String> {
+    let mut obj = JitObject::new();
+    for (c, start) in fns {
+        describe(&mut obj, c, *start, file)?;
+    }
+    jit_interface::register(&obj, format).map_err(|e| e.to_string())
+}
+
+/// GDB's `struct jit_code_entry`.
+#[repr(C)]
+struct RawEntry {
+    next: *mut RawEntry,
+    prev: *mut RawEntry,
+    addr: *const u8,
+    size: u64,
+}
+
+/// GDB's `struct jit_descriptor`.
+#[repr(C)]
+struct RawDescriptor {
+    version: u32,
+    action: u32,
+    relevant: *mut RawEntry,
+    first: *mut RawEntry,
+}
+
+extern "C" {
+    fn __jit_debug_register_code();
+}
+
+/// Links a payload into GDB's list by hand (the library only registers what it encoded
+/// itself); entry and payload live until the process exits. Single-threaded use only.
+fn register_raw(payload: Vec<u8>) {
+    let payload: &'static [u8] = Box::leak(payload.into_boxed_slice());
+    let entry: &'static mut RawEntry = Box::leak(Box::new(RawEntry {
+        next: std::ptr::null_mut(),
+        prev: std::ptr::null_mut(),
+        addr: payload.as_ptr(),
+        size: payload.len() as u64,
+    }));
+    let d = jit_interface::descriptor::descriptor_address() as *mut RawDescriptor;
+    // SAFETY: `d` is the process's descriptor; this host has one thread and registers
+    // nothing concurrently; the entry is leaked, so it outlives its registration.
+    unsafe {
+        entry.next = (*d).first;
+        if !entry.next.is_null() {
+            (*entry.next).prev = entry;
+        }
+        (*d).first = entry;
+        (*d).relevant = entry;
+        (*d).action = 1;
+        __jit_debug_register_code();
+        (*d).action = 0;
+        (*d).relevant = std::ptr::null_mut();
+    }
+}
+
+/// Damaged variants of a valid payload; each one the decoder refuses, with its reason.
+fn corruptions(good: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let mut out = vec![];
+    // A flipped byte: the first one past the header whose flip the decoder notices.
+    for i in (good.len() / 2..good.len()).chain(8..good.len() / 2) {
+        let mut b = good.to_vec();
+        b[i] ^= 0xff;
+        if matches!(decode_all(&b), Err(DecodeError::Invalid(_))) {
+            out.push(("flipped", b));
+            break;
+        }
+    }
+    for cut in [good.len() - 1, good.len() / 2, 9, 12] {
+        out.push(("truncated", good[..cut].to_vec()));
+    }
+    // Inflated count: the string-table count (byte 8, one LEB128 byte) set to 127.
+    let mut b = good.to_vec();
+    b[8] = 0x7f;
+    out.push(("inflated", b));
+    out
+}
+
+fn stop(phase: &str, entry: u64) -> i64 {
+    println!("reader-testhost: {phase}");
+    let _ = std::io::stdout().flush();
+    reader_host_run(entry, 1)
+}
+
+fn real_main() -> Result<(), String> {
+    let mut args = std::env::args().skip(1);
+    let mut dir = PathBuf::from(".");
+    let mut mode = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--source-dir" => {
+                dir = PathBuf::from(args.next().ok_or("--source-dir needs a directory")?)
+            }
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            m if mode.is_none() && !m.starts_with('-') => mode = Some(m.to_string()),
+            _ => return Err(format!("unexpected argument `{a}`\n{USAGE}")),
+        }
+    }
+    let mode = mode.ok_or(USAGE)?;
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let source = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .join(SOURCE_NAME);
+    std::fs::write(&source, SOURCE).map_err(|e| format!("{}: {e}", source.display()))?;
+    let file = source
+        .to_str()
+        .ok_or("source path is not UTF-8")?
+        .to_owned();
+    let brk = reader_host_break as *const () as u64;
+    let buf = Buffer::map()?;
+
+    match mode.as_str() {
+        "clobber" => {
+            let inner = clobber_fn("jit_clobber");
+            // The caller's address is known once the callee is placed: place twice.
+            let probe = frame_pointer_fn("jit_clobber_caller", 0);
+            let starts = buf.place(&[&inner, &probe])?;
+            let outer = frame_pointer_fn("jit_clobber_caller", starts[0]);
+            let starts = buf.place(&[&inner, &outer])?;
+            let _r = register(
+                &[(&inner, starts[0]), (&outer, starts[1])],
+                &file,
+                Format::Compact,
+            )?;
+            stop("clobber", starts[1]);
+        }
+        "reuse" => {
+            let old = frame_pointer_fn("jit_old", brk);
+            let starts = buf.place(&[&old])?;
+            let r = register(&[(&old, starts[0])], &file, Format::Compact)?;
+            stop("phase 1", starts[0]);
+            drop(r);
+            println!("reader-testhost: unregistered jit_old");
+            let new = frameless_fn("jit_new", brk);
+            let starts = buf.place(&[&new])?;
+            let _r = register(&[(&new, starts[0])], &file, Format::Compact)?;
+            stop("phase 2", starts[0]);
+        }
+        "mixed" => {
+            let inner = frameless_fn("jit_compact_inner", brk);
+            let probe = frame_pointer_fn("jit_elf_outer", 0);
+            let starts = buf.place(&[&inner, &probe])?;
+            let outer = frame_pointer_fn("jit_elf_outer", starts[0]);
+            let starts = buf.place(&[&inner, &outer])?;
+            let _c = register(&[(&inner, starts[0])], &file, Format::Compact)?;
+            let _e = register(&[(&outer, starts[1])], &file, Format::Elf)?;
+            stop("mixed", starts[1]);
+        }
+        "corrupt" => {
+            let inner = frameless_fn("jit_intact_inner", brk);
+            let probe = frame_pointer_fn("jit_intact_outer", 0);
+            let starts = buf.place(&[&inner, &probe])?;
+            let outer = frame_pointer_fn("jit_intact_outer", starts[0]);
+            let starts = buf.place(&[&inner, &outer])?;
+            // Damaged entries first, so that the intact one is read after them.
+            let mut victim = JitObject::new();
+            for (i, name) in ["jit_victim_a", "jit_victim_b"].iter().enumerate() {
+                let f = victim
+                    .add_function(name, BASE + 0x800 + 0x40 * i as u64, 0x20)
+                    .map_err(|e| e.to_string())?;
+                victim
+                    .set_lines(f, &file, &[LineRow { offset: 0, line: 2 }])
+                    .map_err(|e| e.to_string())?;
+            }
+            let good = encode(&victim, None).map_err(|e| e.to_string())?;
+            for (kind, bytes) in corruptions(&good) {
+                let why = match decode_all(&bytes) {
+                    Err(DecodeError::Invalid(why)) => why,
+                    other => return Err(format!("{kind} payload not refused: {other:?}")),
+                };
+                println!(
+                    "reader-testhost: corrupt {kind} ({} bytes): {why}",
+                    bytes.len()
+                );
+                register_raw(bytes);
+            }
+            let _r = register(
+                &[(&inner, starts[0]), (&outer, starts[1])],
+                &file,
+                Format::Compact,
+            )?;
+            stop("corrupt", starts[1]);
+        }
+        m => return Err(format!("unknown mode `{m}`\n{USAGE}")),
+    }
+    println!("reader-testhost: done");
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match real_main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("reader_testhost: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

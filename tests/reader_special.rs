@@ -1,0 +1,260 @@
+//! The reader plugin on the extra scenarios of `reader_testhost`: a JIT function that
+//! mangles rsp (GDB's own reader test does the same), a code address freed and reused for
+//! a different function, ELF and compact entries in one process, and damaged compact
+//! payloads beside intact ones, live and in a core file.
+
+mod common;
+mod reader_support;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use reader_support::*;
+
+fn host() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_reader_testhost"))
+}
+
+fn gdb_on(dir: &Path, mode: &str) -> Gdb {
+    let d = dir.display().to_string();
+    Gdb::program(&host(), &["--source-dir", &d, mode], dir).cmd(load_cmd())
+}
+
+/// The frames of `chain` appear in order from the first one on, JIT frames with the right
+/// file and line; returns the problem otherwise.
+fn check_frames(frames: &[Frame], chain: &[&str], layout: &Layout) -> Result<(), String> {
+    let start = frames
+        .iter()
+        .position(|f| f.is(chain[0]))
+        .ok_or_else(|| format!("no frame of {}", chain[0]))?;
+    for (k, want) in chain.iter().enumerate() {
+        let f = frames
+            .get(start + k)
+            .ok_or_else(|| format!("backtrace ends before {want}"))?;
+        if !f.is(want) {
+            return Err(format!(
+                "frame #{} is `{}`, expected {want}",
+                f.level, f.function
+            ));
+        }
+        if want.starts_with("jit_") {
+            check_jit_frame(f, layout)?;
+        }
+    }
+    if let Some(f) = frames.iter().find(|f| f.function == "??") {
+        return Err(format!("unknown frame: {}", f.raw));
+    }
+    if !frames.last().is_some_and(|f| f.function.ends_with("main")) {
+        return Err("the backtrace does not reach main".into());
+    }
+    Ok(())
+}
+
+#[track_caller]
+fn assert_frames(t: &Transcript, section: &str, chain: &[&str]) -> Vec<Frame> {
+    let layout = Layout::parse(&t.text);
+    let frames = t.gdb_bt(section);
+    if let Err(e) = check_frames(&frames, chain, &layout) {
+        t.fail(&format!("backtrace in section `{section}`: {e}"));
+    }
+    frames
+}
+
+#[test]
+fn reader_unwinds_through_a_function_that_mangles_rsp() {
+    if !require_tool("gdb", "reader_clobber") {
+        return;
+    }
+    let dir = TempDir::new("reader-clobber");
+    let t = gdb_on(dir.path(), "clobber")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .section("rsp", ["p/x $rsp", "p/x $rbp"])
+        .section("up", ["up", "info frame"])
+        .cmd("continue")
+        .run();
+    t.assert_contains(None, "SIGTRAP");
+    let frames = assert_frames(
+        &t,
+        "bt",
+        &["jit_clobber", "jit_clobber_caller", "reader_host_run"],
+    );
+    if frames[0].line != Some(13) {
+        t.fail("the trap is not reported at line 13 of jit_clobber");
+    }
+    // rsp really is garbage at the stop: not 8-byte aligned, not a user-space address.
+    let rsp = hex_value(&t, "rsp");
+    if rsp % 8 == 0 || rsp < 1 << 47 {
+        t.fail(&format!("rsp {rsp:#x} is not mangled"));
+    }
+    t.assert_contains(Some("up"), "Stack level 1");
+    t.assert_contains(Some("up"), "in jit_clobber_caller");
+    t.assert_contains(None, "exited normally");
+}
+
+#[test]
+fn reader_reused_code_address_shows_only_the_new_function() {
+    if !require_tool("gdb", "reader_reuse") {
+        return;
+    }
+    let dir = TempDir::new("reader-reuse");
+    let core = dir.join("reuse.core");
+    let t = gdb_on(dir.path(), "reuse")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("old", ["bt"])
+        .cmd("continue")
+        .section("new", ["bt", "info frame 1"])
+        .section("gcore", [format!("generate-core-file {}", core.display())])
+        .cmd("continue")
+        .run();
+    assert_frames(
+        &t,
+        "old",
+        &["reader_host_break", "jit_old", "reader_host_run"],
+    );
+    assert_frames(
+        &t,
+        "new",
+        &["reader_host_break", "jit_new", "reader_host_run"],
+    );
+    t.assert_not_contains(Some("new"), "jit_old");
+    t.assert_contains(None, "exited normally");
+    // The core holds only the new registration.
+    let post = Gdb::core(&host(), &core, dir.path())
+        .section("load", [load_cmd()])
+        .section("bt", ["bt"])
+        .run();
+    let layout = Layout::parse(&t.text);
+    let frames = post.gdb_bt("bt");
+    if let Err(e) = check_frames(
+        &frames,
+        &["reader_host_break", "jit_new", "reader_host_run"],
+        &layout,
+    ) {
+        post.fail(&format!("core backtrace: {e}"));
+    }
+    post.assert_not_contains(Some("bt"), "jit_old");
+}
+
+#[test]
+fn reader_and_elf_entries_in_one_process() {
+    if !require_tool("gdb", "reader_mixed") {
+        return;
+    }
+    let dir = TempDir::new("reader-mixed");
+    let t = gdb_on(dir.path(), "mixed")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .run();
+    if t.text
+        .contains("cannot encode this object as ELF: not implemented")
+    {
+        eprintln!("SKIPPED reader_and_elf_entries_in_one_process: the ELF encoder is not implemented in this build");
+        return;
+    }
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_compact_inner",
+            "jit_elf_outer",
+            "reader_host_run",
+        ],
+    );
+}
+
+/// The decoder's reasons the host printed, in registration order.
+fn host_reasons(t: &Transcript) -> Vec<String> {
+    t.text
+        .lines()
+        .filter_map(|l| l.strip_prefix("reader-testhost: corrupt "))
+        .filter_map(|l| l.split_once("): ").map(|(_, why)| why.to_string()))
+        .collect()
+}
+
+#[track_caller]
+fn check_refusals(t: &Transcript, reasons: &[String]) {
+    let shown: Vec<&str> = t
+        .text
+        .lines()
+        .filter(|l| l.starts_with("jit-reader: refused a corrupt JIT entry"))
+        .collect();
+    // The first three are explained, the rest counted silently (a core full of damaged
+    // entries must not bury the session).
+    if shown.len() != 3 {
+        t.fail(&format!("expected 3 refusal lines, got {}", shown.len()));
+    }
+    for (line, why) in shown.iter().zip(reasons) {
+        if !line.contains(why.as_str()) {
+            t.fail(&format!(
+                "refusal `{line}` does not give the decoder's reason `{why}`"
+            ));
+        }
+    }
+    if !shown[2].contains("further refusals are counted silently") {
+        t.fail("the last shown refusal does not say that more are not shown");
+    }
+}
+
+#[test]
+fn reader_refuses_damaged_payloads_and_keeps_working_live_and_in_a_core() {
+    if !require_tool("gdb", "reader_corrupt") {
+        return;
+    }
+    let dir = TempDir::new("reader-corrupt");
+    let core = dir.join("corrupt.core");
+    let chain = [
+        "reader_host_break",
+        "jit_intact_inner",
+        "jit_intact_outer",
+        "reader_host_run",
+    ];
+    let t = gdb_on(dir.path(), "corrupt")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .section("gcore", [format!("generate-core-file {}", core.display())])
+        .section("finish", ["finish", "bt"])
+        .cmd("continue")
+        .run();
+    let reasons = host_reasons(&t);
+    if reasons.len() != 6 {
+        t.fail("the host did not register six damaged payloads");
+    }
+    check_refusals(&t, &reasons);
+    assert_frames(&t, "bt", &chain);
+    assert_frames(&t, "finish", &chain[1..]);
+    t.assert_contains(None, "exited normally");
+    assert_no_reader_noise(&t);
+
+    let post = Gdb::core(&host(), &core, dir.path())
+        .section("load", [load_cmd()])
+        .section("bt", ["bt"])
+        .run();
+    let layout = Layout::parse(&t.text);
+    // GDB walks the list from its head, the newest entry, when it opens a core.
+    let newest_first: Vec<String> = reasons.iter().rev().cloned().collect();
+    check_refusals(&post, &newest_first);
+    if let Err(e) = check_frames(&post.gdb_bt("bt"), &chain, &layout) {
+        post.fail(&format!("core backtrace: {e}"));
+    }
+
+    // With the debug switch every refusal is shown, with the payload's first bytes.
+    std::env::set_var("JIT_READER_DEBUG", "1");
+    let dbg = Gdb::core(&host(), &core, dir.path())
+        .section("load", [load_cmd()])
+        .section("bt", ["bt"])
+        .run();
+    std::env::remove_var("JIT_READER_DEBUG");
+    let n = dbg.text.matches("jit-reader: refused JIT entry #").count();
+    if n != 6 {
+        dbg.fail(&format!(
+            "JIT_READER_DEBUG=1 showed {n} refusals, expected 6"
+        ));
+    }
+    dbg.assert_contains(None, "starting 4a 47 43 52");
+    dbg.assert_contains(None, "jit-reader: unwound jit_intact_inner");
+}

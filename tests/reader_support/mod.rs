@@ -1,0 +1,106 @@
+//! Shared by the reader's end-to-end tests (`tests/reader_*.rs`): where the reader plugin
+//! is, and GDB runs that load it. Everything else comes from the common harness.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::common::scenario::Host;
+use crate::common::{Gdb, Layout, TempDir, Transcript};
+
+/// `target/<profile>/libjitreader.so`, next to this test executable's `deps/` directory.
+/// Built (or brought up to date) once per test binary with `cargo build -p jit-reader`, in
+/// the same profile and target directory, since the root package does not depend on it.
+pub fn reader_so() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable in target/<profile>/deps")
+            .to_path_buf();
+        let so = profile_dir.join("libjitreader.so");
+        let profile = profile_dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("debug")
+            .to_string();
+        let target_dir = profile_dir.parent().expect("target dir");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "--quiet", "-p", "jit-reader", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            p => {
+                cmd.args(["--profile", p]);
+            }
+        }
+        match cmd.status() {
+            Ok(s) if s.success() => {}
+            other => eprintln!(
+                "warning: `cargo build -p jit-reader` failed ({other:?}); using {} as it is",
+                so.display()
+            ),
+        }
+        assert!(
+            so.is_file(),
+            "{} is missing: build it with `cargo build -p jit-reader`",
+            so.display()
+        );
+        so
+    })
+}
+
+/// The GDB command that loads the reader (absolute path, as GDB's own tests do).
+pub fn load_cmd() -> String {
+    format!("jit-reader-load {}", reader_so().display())
+}
+
+/// The Rust test host registering compact records.
+pub fn compact_host() -> Host {
+    Host::rust("compact")
+}
+
+/// GDB on the host in `mode` with the reader loaded before the program starts.
+pub fn gdb(h: &Host, dir: &Path, mode: &str) -> Gdb {
+    h.gdb(dir, mode).cmd(load_cmd())
+}
+
+/// A scratch directory plus the host's layout in it.
+pub fn setup(h: &Host, tag: &str) -> (TempDir, Layout) {
+    let dir = TempDir::new(tag);
+    let layout = h.layout(dir.path());
+    (dir, layout)
+}
+
+/// The first `$N = 0x...` value in a section.
+#[track_caller]
+pub fn hex_value(t: &Transcript, section: &str) -> u64 {
+    t.section(section)
+        .lines()
+        .find_map(|l| {
+            l.split(" = ")
+                .nth(1)
+                .and_then(|v| crate::common::parse_hex(v.split_whitespace().next()?))
+        })
+        .unwrap_or_else(|| t.fail(&format!("no hex value in section {section}")))
+}
+
+/// GDB may not print a message about the reader: loading is silent.
+#[track_caller]
+pub fn assert_no_reader_noise(t: &Transcript) {
+    for bad in [
+        "jit-reader: internal error",
+        "Reader not GPL compatible",
+        "Could not locate initialization function",
+    ] {
+        t.assert_not_contains(None, bad);
+    }
+}
