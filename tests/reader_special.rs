@@ -71,6 +71,11 @@ fn reader_unwinds_through_a_function_that_mangles_rsp() {
         .section("bt", ["bt"])
         .section("rsp", ["p/x $rsp", "p/x $rbp"])
         .section("up", ["up", "info frame"])
+        .cmd("frame 0")
+        .cmd("set $saved_rbp = $rbp")
+        // A corrupt frame pointer: the reader ends the backtrace and says why.
+        .section("corrupt", ["set $rbp = 0x10", "bt"])
+        .section("restored", ["set $rbp = $saved_rbp", "bt"])
         .cmd("continue")
         .run();
     t.assert_contains(None, "SIGTRAP");
@@ -89,6 +94,17 @@ fn reader_unwinds_through_a_function_that_mangles_rsp() {
     }
     t.assert_contains(Some("up"), "Stack level 1");
     t.assert_contains(Some("up"), "in jit_clobber_caller");
+    let corrupt = t.gdb_bt("corrupt");
+    if corrupt.len() != 1 || !corrupt[0].is("jit_clobber") {
+        t.fail("with rbp = 0x10 the backtrace should end after jit_clobber");
+    }
+    t.assert_contains(Some("corrupt"), "jit-reader: backtrace ends in jit_clobber");
+    t.assert_contains(Some("corrupt"), "unreadable");
+    assert_frames(
+        &t,
+        "restored",
+        &["jit_clobber", "jit_clobber_caller", "reader_host_run"],
+    );
     t.assert_contains(None, "exited normally");
 }
 
@@ -257,4 +273,53 @@ fn reader_refuses_damaged_payloads_and_keeps_working_live_and_in_a_core() {
     }
     dbg.assert_contains(None, "starting 4a 47 43 52");
     dbg.assert_contains(None, "jit-reader: unwound jit_intact_inner");
+}
+
+#[test]
+fn reader_return_address_at_a_function_end_belongs_to_the_caller() {
+    if !require_tool("gdb", "reader_endcall") {
+        return;
+    }
+    let dir = TempDir::new("reader-endcall");
+    // The layout is fixed (fixed base address): get it from a first session's output.
+    let t = gdb_on(dir.path(), "endcall")
+        .cmd("break reader_host_run")
+        .cmd("run")
+        .run();
+    let layout = Layout::parse(&t.text);
+    let next = layout.get("jit_next");
+    let tail = layout.get("jit_ends_with_call");
+    assert_eq!(
+        tail.start + tail.size,
+        next.start,
+        "functions not back to back"
+    );
+    let t = gdb_on(dir.path(), "endcall")
+        .cmd("break reader_host_run")
+        .cmd("run")
+        .cmd(format!("break *{:#x}", next.start))
+        .cmd("continue")
+        .section("next", ["p/x $pc", "bt"])
+        .cmd("break reader_host_break")
+        .cmd("continue")
+        .cmd("continue")
+        .section("endcall", ["bt"])
+        .cmd("kill")
+        .run();
+    // At jit_next's first instruction (innermost frame): jit_next, entry row.
+    if hex_value(&t, "next") != next.start {
+        t.fail("first stop is not at jit_next's first instruction");
+    }
+    assert_frames(&t, "next", &["jit_next", "reader_host_run"]);
+    // A return address equal to jit_next's start, in a caller frame: jit_ends_with_call,
+    // unwound with its own rows (pc - 1).
+    let frames = assert_frames(
+        &t,
+        "endcall",
+        &["reader_host_break", "jit_ends_with_call", "reader_host_run"],
+    );
+    if frames[1].pc != Some(next.start) {
+        t.fail("frame #1's pc is not the end of jit_ends_with_call");
+    }
+    t.assert_not_contains(Some("endcall"), "jit_next");
 }

@@ -22,6 +22,7 @@ use crate::index::Index;
 use crate::memory::Memory;
 use crate::report::{self, debug};
 use crate::symbols::{self, Plan};
+use crate::unwind::x86_64::OUTERMOST as x86_64_OUTERMOST;
 use crate::unwind::{self, Outcome, Registers};
 
 /// The registered code the unwinder knows about. GDB calls readers from one thread; the
@@ -408,10 +409,13 @@ unsafe extern "C" fn unwind(
                     }
                     // Claim the frame but give no caller registers: GDB shows the frame and
                     // ends the backtrace ("frame did not save the PC").
-                    Err(why) => debug!(
+                    Err(why) if why.contains(x86_64_OUTERMOST) => {
+                        debug!("{} at pc {:#x}: {why}", func.name, regs.pc)
+                    }
+                    Err(why) => report::backtrace_ends(format!(
                         "backtrace ends in {} at pc {:#x}: {why}",
                         func.name, regs.pc
-                    ),
+                    )),
                 }
                 gdb_status_GDB_SUCCESS
             }

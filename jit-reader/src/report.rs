@@ -1,8 +1,10 @@
 //! What the reader prints. GDB gives readers no output channel, so messages go to stderr,
 //! prefixed `jit-reader:`.
 //!
-//! By default only refused payloads are reported, one line each, and only the first few of
-//! them: a core file full of damaged entries must not bury the user's session. With the
+//! By default two things are reported. Refused payloads, one line each, and only the first
+//! few of them: a core file full of damaged entries must not bury the user's session. And a
+//! JIT frame whose caller cannot be found sanely (GDB then ends the backtrace there with
+//! "PC not saved"), once per distinct message. With the
 //! environment variable `JIT_READER_DEBUG=1` (read when the reader is loaded) every refusal
 //! is printed with the payload's first bytes, plus one line per entry read and per frame
 //! unwound or declined.
@@ -70,6 +72,18 @@ pub(crate) fn refused(payload: &[u8], why: &str) {
             "refused a corrupt JIT entry ({} bytes): {why}; further refusals are counted silently (JIT_READER_DEBUG=1 shows each)",
             payload.len()
         ));
+    }
+}
+
+/// Reports a JIT frame whose caller cannot be found (a corrupt or unreadable stack), once:
+/// GDB unwinds the same frames again for every command at a stop, so a message equal to
+/// the previous one is not repeated.
+pub(crate) fn backtrace_ends(message: String) {
+    static LAST: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    if *last != message {
+        line(format_args!("{message}"));
+        *last = message;
     }
 }
 

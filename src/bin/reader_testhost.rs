@@ -16,6 +16,10 @@
 //! - `corrupt`: `jit_intact_outer -> jit_intact_inner` registered intact, plus six damaged
 //!   compact payloads (a flipped byte, truncations, an inflated count) linked into GDB's list
 //!   by hand (stop).
+//! - `endcall`: `jit_ends_with_call` ends with a call and `jit_next` follows it directly;
+//!   `jit_next` is run (stop 1, break on its address to stop at its first instruction), then
+//!   `jit_ends_with_call` (stop 2 in the native break: its return address is jit_next's
+//!   first byte). The break then returns into jit_next with a wrong stack: kill there.
 //!
 //! Every mode first prints `jit-fn ...` lines in the main host's format (see
 //! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
@@ -26,7 +30,7 @@ use std::path::PathBuf;
 use jit_interface::format::{decode_all, encode, DecodeError};
 use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
 
-const USAGE: &str = "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt";
+const USAGE: &str = "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall";
 
 /// Fixed code address (away from the main host's), so runs are reproducible.
 const BASE: u64 = 0x1b17_0000_0000;
@@ -220,7 +224,27 @@ impl Buffer {
 }
 
 /// Adds `c` at `start` to `obj` and prints its `jit-fn` line.
-fn describe(obj: &mut JitObject, c: &Code, start: u64, file: &str) -> Result<(), String> {
+fn describe_into(obj: &mut JitObject, c: &Code, start: u64, file: &str) -> Result<(), String> {
+    describe(obj, c, start, file, true)
+}
+
+/// Like [`describe_into`] for a frame-pointer function without epilogue.
+fn describe_no_epilogue(
+    obj: &mut JitObject,
+    c: &Code,
+    start: u64,
+    file: &str,
+) -> Result<(), String> {
+    describe(obj, c, start, file, false)
+}
+
+fn describe(
+    obj: &mut JitObject,
+    c: &Code,
+    start: u64,
+    file: &str,
+    epilogue: bool,
+) -> Result<(), String> {
     let err = |e: jit_interface::Error| format!("{}: {e}", c.name);
     let id = obj
         .add_function(c.name, start, c.bytes.len() as u64)
@@ -230,8 +254,10 @@ fn describe(obj: &mut JitObject, c: &Code, start: u64, file: &str) -> Result<(),
         Some(rows) => obj.set_unwind(id, rows).map_err(err)?,
         None => {
             obj.set_frame_pointer(id, 1, 4).map_err(err)?;
-            obj.add_epilogue(id, c.epilogue.0, c.epilogue.1)
-                .map_err(err)?;
+            if epilogue {
+                obj.add_epilogue(id, c.epilogue.0, c.epilogue.1)
+                    .map_err(err)?;
+            }
         }
     }
     let join = |v: Vec<String>| v.join(",");
@@ -254,7 +280,7 @@ fn describe(obj: &mut JitObject, c: &Code, start: u64, file: &str) -> Result<(),
 fn register(fns: &[(&Code, u64)], file: &str, format: Format) -> Result<Registration, String> {
     let mut obj = JitObject::new();
     for (c, start) in fns {
-        describe(&mut obj, c, *start, file)?;
+        describe_into(&mut obj, c, *start, file)?;
     }
     jit_interface::register(&obj, format).map_err(|e| e.to_string())
 }
@@ -438,6 +464,33 @@ fn real_main() -> Result<(), String> {
                 Format::Compact,
             )?;
             stop("corrupt", starts[1]);
+        }
+        "endcall" => {
+            // `jit_ends_with_call` ends with its call (a callee that never returns, in a
+            // real JIT), and `jit_next` starts right after it: the return address of that
+            // call is jit_next's first byte.
+            let mut tail = Code::new("jit_ends_with_call");
+            tail.line(2).insn(PUSH_RBP).insn(MOV_RBP_RSP);
+            tail.line(3).call(brk);
+            tail.epilogue = (0, 0);
+            let mut next = Code::new("jit_next");
+            next.line(10).insn(PUSH_RBP).insn(MOV_RBP_RSP);
+            next.line(11).insn(POP_RBP);
+            let restore_end = next.off();
+            next.insn(RET);
+            next.epilogue = (restore_end, next.off());
+            // Back to back, no padding (tail is 16 bytes).
+            assert_eq!(tail.bytes.len() % 16, 0);
+            let starts = buf.place(&[&tail, &next])?;
+            assert_eq!(starts[1], starts[0] + tail.bytes.len() as u64);
+            let mut obj = JitObject::new();
+            describe_no_epilogue(&mut obj, &tail, starts[0], &file)?;
+            describe_into(&mut obj, &next, starts[1], &file)?;
+            let _r = jit_interface::register(&obj, Format::Compact).map_err(|e| e.to_string())?;
+            stop("next", starts[1]);
+            // Does not come back: the break returns into jit_next's first instruction with
+            // jit_ends_with_call's frame still on the stack. Debugger use only (kill here).
+            stop("endcall", starts[0]);
         }
         m => return Err(format!("unknown mode `{m}`\n{USAGE}")),
     }

@@ -194,6 +194,9 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
     a.add_imm8(Reg::Rsp, 16);
     a.pop(Reg::Rbp);
     let restore_end = a.offset();
+    // A patchable nop between restoring rbp and `ret`: GDB's built-in epilogue heuristic
+    // only recognises a `ret` at the pc, so here only the described epilogue unwinds right.
+    a.nop();
     a.ret();
     let middle_frame = FrameDesc::FramePointer {
         push_end,

@@ -168,6 +168,11 @@ impl Asm {
         self.insn(&b);
     }
 
+    /// `nop`
+    pub fn nop(&mut self) {
+        self.insn(&[0x90]);
+    }
+
     /// `ret`
     pub fn ret(&mut self) {
         self.insn(&[0xc3]);

@@ -77,9 +77,13 @@ static void prologue(struct jit_fn *f) {
     f->setup_end = f->len;
 }
 
-static void epilogue(struct jit_fn *f) {
+/* `patch_nop`: a nop between `pop rbp` and `ret` (a patch point), which GDB's built-in
+ * epilogue heuristic (a `ret` at the pc) does not cover: only our description unwinds it. */
+static void epilogue(struct jit_fn *f, int patch_nop) {
     I(f, 0x5d); /* pop rbp */
     f->restore_end = f->len;
+    if (patch_nop)
+        I(f, 0x90); /* nop */
     I(f, 0xc3); /* ret */
     f->ret_end = f->len;
 }
@@ -163,7 +167,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     mov_rax_imm64(second, (uint64_t)(uintptr_t)&jit_test_break_here);
     I(second, 0xff, 0xd0); /* call rax */
     line(second, 19);
-    epilogue(second);
+    epilogue(second, 0);
     second->offset = next;
     next = align16(next + second->len);
 
@@ -198,7 +202,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     I(middle, 0x48, 0x03, 0x45, 0xf8); /* add rax, [rbp-8] */
     line(middle, 9);
     I(middle, 0x48, 0x83, 0xc4, 16); /* add rsp, 16 */
-    epilogue(middle);
+    epilogue(middle, 1);
     next = align16(next + middle->len);
 
     entry->name = "jit_entry";
@@ -209,7 +213,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     call_rel(entry, base + entry->offset, base + middle->offset);
     I(entry, 0x48, 0x83, 0xc0, 1); /* add rax, 1 */
     line(entry, 4);
-    epilogue(entry);
+    epilogue(entry, 0);
 }
 
 static void die(const char *what) {

@@ -33,6 +33,9 @@ const USER_TOP: u64 = 1 << 47;
 /// means rbp or rsp holds something else than a stack address.
 pub const MAX_FRAME: u64 = 16 << 20;
 
+/// Why a frame whose return address is 0 has no caller: not an error, not reported.
+pub const OUTERMOST: &str = "the return address is 0 (outermost frame)";
+
 fn looks_like_stack_pointer(sp: u64) -> bool {
     sp != 0 && sp % 8 == 0 && sp < USER_TOP
 }
@@ -107,7 +110,7 @@ pub fn step(func: &CodeFn, lookup_pc: u64, regs: &FrameRegs, mem: &dyn Memory) -
         );
     };
     if ra == 0 {
-        return stop(found, "the return address is 0 (outermost frame)".into());
+        return stop(found, OUTERMOST.into());
     }
     if ra >= USER_TOP {
         return stop(
