@@ -31,6 +31,7 @@
 )]
 pub mod bindings;
 
+mod export;
 mod gdb;
 pub mod index;
 mod memory;

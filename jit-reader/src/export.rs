@@ -1,0 +1,147 @@
+//! A C ABI for GDB's Python side (`gdb-scripts/jit.py`, through `ctypes`): decode one JIT
+//! payload, as read from the debugged process, to JSON. The Python extension thereby uses
+//! the project's codec instead of a second decoder; it loads this library by its absolute
+//! path (the same file GDB loaded with `jit-reader-load`).
+//!
+//! Contract: [`jitgdb_decode_payload_json`] returns a NUL-terminated UTF-8 string owned by
+//! this library, to be released with [`jitgdb_free_string`]. It is either the decoded
+//! payload (`{"kind": ...}`) or `{"error": "..."}` naming the problem; NULL only when the
+//! arguments themselves are unusable (null pointers).
+
+use std::ffi::{c_char, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// Decodes `len` bytes at `ptr` to JSON; writes the string's length (without the NUL) to
+/// `*out_len` when `out_len` is not null.
+#[no_mangle]
+pub extern "C" fn jitgdb_decode_payload_json(
+    ptr: *const u8,
+    len: usize,
+    out_len: *mut usize,
+) -> *mut c_char {
+    if ptr.is_null() && len != 0 {
+        return std::ptr::null_mut();
+    }
+    let bytes: &[u8] = if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller passes a buffer of `len` readable bytes at `ptr` (non-null,
+        // checked above) that stays valid and unchanged for the duration of this call.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    };
+    // No panic may cross the C boundary into GDB's process; a caught one becomes an error.
+    let json = catch_unwind(AssertUnwindSafe(|| decode_json(bytes))).unwrap_or_else(|_| {
+        r#"{"error":"internal error: the payload decoder panicked (a bug in jit-gdb)"}"#.to_string()
+    });
+    // JSON escapes every control character, so the text has no NUL; be safe anyway.
+    let c = CString::new(json).unwrap_or_else(|_| {
+        CString::new(r#"{"error":"internal error: NUL in the decoder's JSON output"}"#)
+            .unwrap_or_default()
+    });
+    if !out_len.is_null() {
+        // SAFETY: the caller passes either null (checked) or a valid, writable `usize`.
+        unsafe { *out_len = c.as_bytes().len() };
+    }
+    c.into_raw()
+}
+
+/// Frees a string returned by [`jitgdb_decode_payload_json`]; null is ignored.
+#[no_mangle]
+pub extern "C" fn jitgdb_free_string(s: *mut c_char) {
+    if s.is_null() {
+        return;
+    }
+    let _ = catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: `s` came from `CString::into_raw` in `jitgdb_decode_payload_json` and is
+        // freed once (the caller's contract).
+        drop(unsafe { CString::from_raw(s) });
+    }));
+}
+
+fn decode_json(bytes: &[u8]) -> String {
+    stub::payload_json(bytes)
+}
+
+/// Stand-in for `jit_interface::inspect::payload_json` (branch `inspect`) until it is merged:
+/// same signature, compact payloads only, through the project's codec.
+mod stub {
+    use std::fmt::Write as _;
+
+    use jit_interface::format::{decode_all, DecodeError};
+
+    pub fn payload_json(bytes: &[u8]) -> String {
+        if bytes.starts_with(b"\x7fELF") {
+            return error(
+                "ELF payloads are not decoded by this build (needs jit_interface::inspect)",
+            );
+        }
+        let objects = match decode_all(bytes) {
+            Ok(o) => o,
+            Err(DecodeError::NotOurs) => {
+                return error("not a jit-gdb payload (neither compact records nor ELF)")
+            }
+            Err(DecodeError::Invalid(why)) => {
+                return error(&format!("invalid compact payload: {why}"))
+            }
+        };
+        let mut s = String::from(r#"{"kind":"compact","objects":["#);
+        for (i, d) in objects.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push_str(r#"{"live":"#);
+            match d.live {
+                Some(l) => {
+                    let _ = write!(s, r#"{{"address":{},"key":{}}}"#, l.address, l.key);
+                }
+                None => s.push_str("null"),
+            }
+            s.push_str(r#","functions":["#);
+            for (j, f) in d.object.functions().iter().enumerate() {
+                if j > 0 {
+                    s.push(',');
+                }
+                s.push_str(r#"{"name":"#);
+                string(&mut s, f.name());
+                let _ = write!(s, r#","start":{},"size":{},"file":"#, f.start(), f.size());
+                match f.file() {
+                    Some(file) => string(&mut s, file),
+                    None => s.push_str("null"),
+                }
+                s.push_str(r#","lines":["#);
+                for (k, r) in f.lines().iter().enumerate() {
+                    if k > 0 {
+                        s.push(',');
+                    }
+                    let _ = write!(s, "[{},{}]", r.offset, r.line);
+                }
+                s.push_str("]}");
+            }
+            s.push_str("]}");
+        }
+        s.push_str("]}");
+        s
+    }
+
+    fn error(msg: &str) -> String {
+        let mut s = String::from(r#"{"error":"#);
+        string(&mut s, msg);
+        s.push('}');
+        s
+    }
+
+    fn string(out: &mut String, v: &str) {
+        out.push('"');
+        for c in v.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if (c as u32) < 0x20 => {
+                    let _ = write!(out, "\\u{:04x}", c as u32);
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+}
