@@ -253,7 +253,7 @@ class JitFunction:
 
 
 class JitEntry:
-    __slots__ = ("address", "payload_addr", "payload_size", "kind", "error")
+    __slots__ = ("address", "payload_addr", "payload_size", "kind", "error", "problems")
 
     def __init__(self, address, payload_addr, payload_size):
         self.address = address
@@ -261,6 +261,8 @@ class JitEntry:
         self.payload_size = payload_size
         self.kind = "?"
         self.error = None
+        # What the decoder noticed but could still decode around (e.g. a DWARF oddity).
+        self.problems = []
 
 
 def _payload_kind(data):
@@ -278,39 +280,29 @@ def _int(v, what):
 
 
 def _functions_of(doc, entry):
-    """JitFunctions from a decoded payload. Accepts the functions at the top level or per
-    object (a compact payload may bundle several objects)."""
-    groups = []
-    if isinstance(doc.get("functions"), list):
-        groups.append(doc["functions"])
-    for obj in doc.get("objects") or []:
-        if isinstance(obj, dict) and isinstance(obj.get("functions"), list):
-            groups.append(obj["functions"])
+    """JitFunctions from a decoded payload. The JSON shape is the one of
+    `jit_interface::inspect::payload_json`:
+      {"kind": "compact"|"elf", "arch": ..., "objects": [{"live": ...}, ...],
+       "functions": [{"name", "start", "size", "file", "lines": [[ADDR, LINE], ...],
+                      "object"}, ...],
+       "problems": [TEXT, ...]}"""
     out = []
-    for group in groups:
-        for f in group:
-            name = f.get("name")
-            if not isinstance(name, str):
-                raise ValueError("a function without a name")
-            start = _int(f.get("start"), "start of " + name)
-            if "size" in f:
-                size = _int(f.get("size"), "size of " + name)
-            else:
-                size = _int(f.get("end"), "end of " + name) - start
-            lines = []
-            for row in f.get("lines") or []:
-                if isinstance(row, dict):
-                    off = row.get("offset")
-                    if off is None and "address" in row:
-                        off = row["address"] - start
-                    row = (off, row.get("line"))
-                lines.append((_int(row[0], "line offset"), _int(row[1], "line number")))
-            lines.sort()
-            file = f.get("file")
-            out.append(
-                JitFunction(name, start, size, file if isinstance(file, str) else None,
-                            lines, entry.kind, entry.address)
-            )
+    for f in doc.get("functions") or []:
+        name = f.get("name")
+        if not isinstance(name, str):
+            raise ValueError("a function without a name")
+        start = _int(f.get("start"), "start of " + name)
+        size = _int(f.get("size"), "size of " + name)
+        lines = []
+        for row in f.get("lines") or []:
+            addr = _int(row[0], "line address in " + name)
+            lines.append((addr - start, _int(row[1], "line number in " + name)))
+        lines.sort()
+        file = f.get("file")
+        out.append(
+            JitFunction(name, start, size, file if isinstance(file, str) else None,
+                        lines, entry.kind, entry.address)
+        )
     return out
 
 
@@ -385,6 +377,7 @@ def scan_entry(address):
         return entry, nxt, funcs
     if isinstance(doc.get("kind"), str):
         entry.kind = doc["kind"]
+    entry.problems = [str(p) for p in doc.get("problems") or []]
     try:
         funcs = _functions_of(doc, entry)
     except (ValueError, TypeError, AttributeError, IndexError) as e:
@@ -397,6 +390,8 @@ def scan_entry(address):
 def scan():
     """Every registered entry and function, walking the list from first_entry."""
     _addr, version, _action, _relevant, first = read_descriptor()
+    # A missing decoder is the user's problem to fix, not damage in the list: raise it now.
+    _Decoder.lib()
     if version != 1:
         raise JitError(
             "__jit_debug_descriptor has version %d where 1 was expected (not initialised yet, "
@@ -438,6 +433,8 @@ def _compile(pattern):
 
 def _report_problems(entries, problem):
     for e in entries:
+        for p in e.problems:
+            gdb.write("warning: jit entry 0x%x (%s payload): %s\n" % (e.address, e.kind, p))
         if e.error:
             gdb.write(
                 "warning: jit entry 0x%x (%s payload, %d bytes at 0x%x): %s\n"
@@ -540,9 +537,8 @@ the pending requests."""
         rx = _compile(pattern)
         funcs = []
         try:
-            _entries, funcs, problem = scan()
-            if problem:
-                gdb.write("warning: %s\n" % problem)
+            entries, funcs, problem = scan()
+            _report_problems(entries, problem)
         except JitError as e:
             # Not running yet, or the runtime has not initialised the descriptor: pending.
             gdb.write("%s; looking again at every JIT registration.\n" % e)
@@ -605,7 +601,8 @@ class _RegisterHook(gdb.Breakpoint):
         try:
             _addr, version, action, relevant, _first = read_descriptor()
             if version == 1 and action == _JIT_REGISTER and relevant:
-                _entry, _next, funcs = scan_entry(relevant)
+                entry, _next, funcs = scan_entry(relevant)
+                _report_problems([entry], None)
                 _resolve_pending(funcs)
         except JitError as e:
             gdb.write("warning: %s (while resolving pending jit breakpoints)\n" % e)

@@ -84,23 +84,31 @@ mod stub {
                 return error(&format!("invalid compact payload: {why}"))
             }
         };
-        let mut s = String::from(r#"{"kind":"compact","objects":["#);
+        // The shape of `jit_interface::inspect::payload_json` (see gdb-scripts/jit.py).
+        let mut s = String::from(r#"{"kind":"compact","arch":null,"objects":["#);
         for (i, d) in objects.iter().enumerate() {
             if i > 0 {
                 s.push(',');
             }
-            s.push_str(r#"{"live":"#);
             match d.live {
                 Some(l) => {
-                    let _ = write!(s, r#"{{"address":{},"key":{}}}"#, l.address, l.key);
+                    let _ = write!(
+                        s,
+                        r#"{{"live":{{"address":{},"key":{}}}}}"#,
+                        l.address, l.key
+                    );
                 }
-                None => s.push_str("null"),
+                None => s.push_str(r#"{"live":null}"#),
             }
-            s.push_str(r#","functions":["#);
-            for (j, f) in d.object.functions().iter().enumerate() {
-                if j > 0 {
+        }
+        s.push_str(r#"],"functions":["#);
+        let mut first = true;
+        for (i, d) in objects.iter().enumerate() {
+            for f in d.object.functions() {
+                if !first {
                     s.push(',');
                 }
+                first = false;
                 s.push_str(r#"{"name":"#);
                 string(&mut s, f.name());
                 let _ = write!(s, r#","start":{},"size":{},"file":"#, f.start(), f.size());
@@ -113,13 +121,12 @@ mod stub {
                     if k > 0 {
                         s.push(',');
                     }
-                    let _ = write!(s, "[{},{}]", r.offset, r.line);
+                    let _ = write!(s, "[{},{}]", f.start() + u64::from(r.offset), r.line);
                 }
-                s.push_str("]}");
+                let _ = write!(s, r#"],"object":{i}}}"#);
             }
-            s.push_str("]}");
         }
-        s.push_str("]}");
+        s.push_str(r#"],"problems":[]}"#);
         s
     }
 
