@@ -20,6 +20,8 @@
 //!   `jit_next` is run (stop 1, break on its address to stop at its first instruction), then
 //!   `jit_ends_with_call` (stop 2 in the native break: its return address is jit_next's
 //!   first byte). The break then returns into jit_next with a wrong stack: kill there.
+//! - `many`: `READER_HOST_MANY` (default 100,000) functions with lines in one entry, at
+//!   addresses without code, plus `jit_intact_inner` (stop): for timing GDB by hand.
 //!
 //! Every mode first prints `jit-fn ...` lines in the main host's format (see
 //! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
@@ -30,7 +32,8 @@ use std::path::PathBuf;
 use jit_interface::format::{decode_all, encode, DecodeError};
 use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
 
-const USAGE: &str = "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall";
+const USAGE: &str =
+    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|many";
 
 /// Fixed code address (away from the main host's), so runs are reproducible.
 const BASE: u64 = 0x1b17_0000_0000;
@@ -491,6 +494,34 @@ fn real_main() -> Result<(), String> {
             // Does not come back: the break returns into jit_next's first instruction with
             // jit_ends_with_call's frame still on the stack. Debugger use only (kill here).
             stop("endcall", starts[0]);
+        }
+        "many" => {
+            // 100,000 functions (names and lines only, at addresses with no code) in one
+            // entry, then an ordinary stop: for timing GDB with the reader by hand.
+            let n: u64 = std::env::var("READER_HOST_MANY")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(100_000);
+            let mut obj = JitObject::new();
+            for i in 0..n {
+                let f = obj
+                    .add_function(&format!("jit_many_{i}"), BASE + 0x10_0000 + i * 64, 48)
+                    .map_err(|e| e.to_string())?;
+                obj.set_lines(
+                    f,
+                    &file,
+                    &[
+                        LineRow { offset: 0, line: 2 },
+                        LineRow { offset: 8, line: 3 },
+                    ],
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            let inner = frameless_fn("jit_intact_inner", brk);
+            let starts = buf.place(&[&inner])?;
+            describe_into(&mut obj, &inner, starts[0], &file)?;
+            let _r = jit_interface::register(&obj, Format::Compact).map_err(|e| e.to_string())?;
+            stop("many", starts[0]);
         }
         m => return Err(format!("unknown mode `{m}`\n{USAGE}")),
     }
