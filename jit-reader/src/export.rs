@@ -63,3 +63,54 @@ pub extern "C" fn jitgdb_free_string(s: *mut c_char) {
 fn decode_json(bytes: &[u8]) -> String {
     jit_interface::inspect::payload_json(bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use jit_interface::format::encode;
+    use jit_interface::{JitObject, LineRow};
+
+    /// Calls the export as ctypes does and takes the string back.
+    fn call(bytes: &[u8]) -> String {
+        let mut n = 0usize;
+        let p = jitgdb_decode_payload_json(bytes.as_ptr(), bytes.len(), &mut n);
+        assert!(!p.is_null());
+        // SAFETY: `p` is a live NUL-terminated string from the export, freed right after.
+        let s = unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(s.len(), n);
+        jitgdb_free_string(p);
+        s
+    }
+
+    #[test]
+    fn decodes_compact_and_reports_errors() {
+        let mut o = JitObject::new();
+        let f = o.add_function("jit_x\"q", 0x7000_0000_1000, 0x20).unwrap();
+        o.set_lines(f, "a.jit", &[LineRow { offset: 0, line: 3 }])
+            .unwrap();
+        let json = call(&encode(&o, None).unwrap());
+        assert!(json.contains(r#""kind": "compact""#), "{json}");
+        assert!(json.contains(r#""name": "jit_x\"q""#), "{json}");
+        assert!(
+            json.contains(&format!("[{}, 3]", 0x7000_0000_1000u64)),
+            "{json}"
+        );
+
+        let bad = call(b"JGCR\x01\x3e\x08\x00\xff");
+        assert!(bad.starts_with(r#"{"error": "#), "{bad}");
+        let empty = call(b"");
+        assert!(empty.starts_with(r#"{"error": "#), "{empty}");
+    }
+
+    #[test]
+    fn null_arguments() {
+        assert!(jitgdb_decode_payload_json(std::ptr::null(), 4, std::ptr::null_mut()).is_null());
+        let p = jitgdb_decode_payload_json(std::ptr::null(), 0, std::ptr::null_mut());
+        assert!(!p.is_null());
+        jitgdb_free_string(p);
+        jitgdb_free_string(std::ptr::null_mut());
+    }
+}
