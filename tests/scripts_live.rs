@@ -146,3 +146,46 @@ fn per_function_entries() {
         t.fail("four entries expected, one per function");
     }
 }
+
+/// Both payload kinds in one process (`reader_testhost mixed`: an ELF function calls a
+/// compact one): one list with both kinds, a pending break on each resolves.
+#[test]
+fn mixed_kinds() {
+    if !require_tool("gdb", "mixed_kinds") {
+        return;
+    }
+    let dir = TempDir::new("scripts-mixed");
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_reader_testhost"));
+    let src = dir.path().display().to_string();
+    let t = common::Gdb::program(&program, &["--source-dir", &src, "mixed"], dir.path())
+        .cmd(reader_support::load_cmd())
+        .cmd(source_cmd())
+        .section(
+            "pending",
+            ["jit break jit_compact_inner", "jit break jit_elf_outer"],
+        )
+        .cmd("run")
+        .section("stop1", ["jit symbolize $pc"])
+        .section("stop2", ["continue", "jit symbolize $pc"])
+        .section("list", ["jit list"])
+        .cmd("kill")
+        .run();
+    // This host has no layout mode: it prints its `jit-fn` lines when it starts.
+    let layout = common::Layout::parse(&t.text);
+    check_stop(&t, "stop1", &layout, "jit_elf_outer");
+    check_stop(&t, "stop2", &layout, "jit_compact_inner");
+    let rows = list_rows(&t, "list");
+    let kinds: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.kind.as_str()))
+        .collect();
+    if kinds != [("jit_compact_inner", "compact"), ("jit_elf_outer", "elf")] {
+        t.fail(&format!("`jit list` of the mixed process: {kinds:?}"));
+    }
+    for r in &rows {
+        let f = layout.get(&r.name);
+        if (r.start, r.end, r.file.as_str()) != (f.start, f.start + f.size, f.file.as_str()) {
+            t.fail(&format!("{}: listed {r:?}, the host made {f:?}", r.name));
+        }
+    }
+}
