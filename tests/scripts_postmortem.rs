@@ -22,29 +22,66 @@ fn postmortem(format: &str) {
     let a: Vec<&str> = a.iter().map(String::as_str).collect();
     let waiting = WaitingHost::start(&h.program, &a, dir.path());
     let core = dir.join("gcore.core");
-    let live = Gdb::attach(waiting.pid, dir.path())
-        .cmds(h.gdb_prelude.clone())
-        .section("list", ["jit list"])
-        .section("gcore", [format!("gcore {}", core.display())])
-        .cmd("detach")
-        .run();
+    // `attach` as a command, after a `jit break` that cannot resolve yet: GDB reads the
+    // whole list on attach without any registration hook call.
+    let live = Gdb {
+        args: vec![h.program.display().to_string()],
+        commands: vec![],
+        dir: dir.path().into(),
+    }
+    .cmds(h.gdb_prelude.clone())
+    .section("pending", ["jit break jit_second"])
+    .cmd(format!("attach {}", waiting.pid))
+    .section("resolved", ["jit break", "info breakpoints"])
+    .section("list", ["jit list"])
+    .section("gcore", [format!("gcore {}", core.display())])
+    .cmd("detach")
+    .run();
     drop(waiting);
     check_rows(&live, "list", &layout, &JIT_FUNCTIONS, format);
+    live.assert_contains(
+        Some("pending"),
+        "breakpoint pending until one is registered",
+    );
+    let second = layout.get("jit_second").start;
+    live.assert_contains(Some("resolved"), "No pending jit breakpoints.");
+    live.assert_contains(Some("resolved"), &format!("{second:#018x}"));
     if !core.exists() {
         live.fail("gcore wrote no core file");
     }
 
     let map = dir.join("core.map");
     let (sym_cmd, sym_want) = symbolize_cmd(&layout);
-    let t = core_gdb(&h, &core, dir.path())
-        .section("list", ["jit list"])
-        .section("regex", ["jit list frame"])
-        .section("none", ["jit list ^no_such_function$"])
-        .section("symbolize", [sym_cmd])
-        .section("perf", [format!("jit export-perf-map {}", map.display())])
-        .section("break", ["jit break jit_middle", "info breakpoints"])
-        .run();
+    // The core loaded by a command, after a pending `jit break`.
+    let t = Gdb {
+        args: vec![h.program.display().to_string()],
+        commands: vec![],
+        dir: dir.path().into(),
+    }
+    .cmds(h.gdb_prelude.clone())
+    .section("core_pending", ["jit break jit_entry"])
+    .cmd(format!("core-file {}", core.display()))
+    .section("core_resolved", ["jit break"])
+    .section("list", ["jit list"])
+    .section("regex", ["jit list frame"])
+    .section("none", ["jit list ^no_such_function$"])
+    .section("symbolize", [sym_cmd])
+    .section("perf", [format!("jit export-perf-map {}", map.display())])
+    .section("break", ["jit break jit_middle", "info breakpoints"])
+    .run();
     check_rows(&t, "list", &layout, &JIT_FUNCTIONS, format);
+    t.assert_contains(
+        Some("core_pending"),
+        "breakpoint pending until one is registered",
+    );
+    t.assert_contains(Some("core_resolved"), "No pending jit breakpoints.");
+    t.assert_contains(
+        None,
+        &format!(
+            "on jit_entry at {:#x} (pending",
+            layout.get("jit_entry").start
+        ),
+    );
     // The core's list is the live one: same rows, same entry addresses.
     if list_rows(&t, "list") != list_rows(&live, "list") {
         t.fail("`jit list` on the core differs from `jit list` after attach");
