@@ -14,6 +14,7 @@
 #
 # SPDX-License-Identifier: GPL-3.0-or-later
 
+import bisect
 import ctypes
 import json
 import os
@@ -130,6 +131,7 @@ class _Decoder:
     def forget(cls):
         cls._lib = None
         cls._path = None
+        _cache.clear()
 
     @classmethod
     def _candidates(cls):
@@ -234,7 +236,9 @@ class JitFunction:
         self.start = start
         self.size = size
         self.file = file
-        self.lines = lines  # [(offset, line)], sorted by offset
+        # The decoder's rows as they came, [[ADDR, LINE], ...]: only `jit symbolize` needs
+        # them, so they are checked there (a list of 100,000 functions stays cheap).
+        self.lines = lines
         self.kind = kind
         self.entry = entry
 
@@ -243,13 +247,17 @@ class JitFunction:
         return self.start + self.size
 
     def line_at(self, addr):
-        off = addr - self.start
+        """Line of the last row at or before addr (rows in any order)."""
         best = None
-        for o, line in self.lines:
-            if o > off:
-                break
-            best = line
-        return best
+        for row in self.lines:
+            try:
+                a, line = int(row[0]), int(row[1])
+            except (TypeError, ValueError, IndexError):
+                raise JitError("the decoder returned a malformed line row %r for %s"
+                               % (row, self.name))
+            if a <= addr and (best is None or a >= best[0]):
+                best = (a, line)
+        return None if best is None else best[1]
 
 
 class JitEntry:
@@ -287,22 +295,19 @@ def _functions_of(doc, entry):
                       "object"}, ...],
        "problems": [TEXT, ...]}"""
     out = []
+    kind, address = entry.kind, entry.address
     for f in doc.get("functions") or []:
         name = f.get("name")
         if not isinstance(name, str):
             raise ValueError("a function without a name")
         start = _int(f.get("start"), "start of " + name)
         size = _int(f.get("size"), "size of " + name)
-        lines = []
-        for row in f.get("lines") or []:
-            addr = _int(row[0], "line address in " + name)
-            lines.append((addr - start, _int(row[1], "line number in " + name)))
-        lines.sort()
+        lines = f.get("lines") or []
+        if not isinstance(lines, list):
+            raise ValueError("the line rows of %s are not a list" % name)
         file = f.get("file")
-        out.append(
-            JitFunction(name, start, size, file if isinstance(file, str) else None,
-                        lines, entry.kind, entry.address)
-        )
+        out.append(JitFunction(name, start, size, file if isinstance(file, str) else None,
+                               lines, kind, address))
     return out
 
 
@@ -371,10 +376,29 @@ def scan_entry(address):
         entry.error = str(e)[len("jit: "):]
         return entry, nxt, funcs
     entry.kind = _payload_kind(data)
+    cached = _cache.get((address, payload, size))
+    if cached is not None and cached[0] == data:
+        _, entry.kind, entry.error, entry.problems, funcs = cached
+        return entry, nxt, list(funcs)
+    funcs = _decode(entry, data)
+    if len(_cache) >= _CACHE_MAX:
+        _cache.clear()
+    _cache[(address, payload, size)] = (data, entry.kind, entry.error, entry.problems, funcs)
+    return entry, nxt, list(funcs)
+
+
+# Decoded payloads by (entry, payload address, size), kept with the bytes they came from: a
+# later command re-reads the bytes (one memory read) and decodes again only if they differ.
+_cache = {}
+_CACHE_MAX = 4096
+
+
+def _decode(entry, data):
+    """The functions of one payload; sets entry.kind, .error and .problems."""
     doc = _Decoder.decode(data)
     if "error" in doc:
         entry.error = str(doc["error"])
-        return entry, nxt, funcs
+        return []
     if isinstance(doc.get("kind"), str):
         entry.kind = doc["kind"]
     entry.problems = [str(p) for p in doc.get("problems") or []]
@@ -382,9 +406,8 @@ def scan_entry(address):
         funcs = _functions_of(doc, entry)
     except (ValueError, TypeError, AttributeError, IndexError) as e:
         entry.error = "unexpected decoder output: %s" % e
-        funcs = []
-    funcs.extend(deferred_functions(entry, doc))
-    return entry, nxt, funcs
+        return []
+    return funcs + deferred_functions(entry, doc)
 
 
 def scan():
@@ -611,6 +634,10 @@ class _RegisterHook(gdb.Breakpoint):
 
 _hook = None
 
+# The process is gone: drop its decoded payloads (memory only; correctness does not depend
+# on it, as cached results are reused only for identical bytes).
+gdb.events.exited.connect(lambda _event: _cache.clear())
+
 
 def _install_hook():
     global _hook
@@ -629,6 +656,29 @@ def _parse_addr(text):
         raise JitError("%r is not an address: %s" % (text, e))
 
 
+class _AddressIndex:
+    """Functions by address. Functions of different objects in one payload may overlap, so
+    a lookup walks back from the last start <= addr while an earlier function could still
+    reach addr (max_end: the largest end among the functions up to each index)."""
+
+    def __init__(self, funcs):
+        self.funcs = sorted(funcs, key=lambda f: (f.start, f.size))
+        self.starts = [f.start for f in self.funcs]
+        self.max_end = []
+        m = 0
+        for f in self.funcs:
+            m = max(m, f.end)
+            self.max_end.append(m)
+
+    def lookup(self, addr):
+        i = bisect.bisect_right(self.starts, addr) - 1
+        while i >= 0 and self.max_end[i] > addr:
+            if self.funcs[i].start <= addr < self.funcs[i].end:
+                return self.funcs[i]
+            i -= 1
+        return None
+
+
 class JitSymbolize(gdb.Command):
     """Name JIT code addresses: jit symbolize ADDR...
 
@@ -644,9 +694,9 @@ Prints `ADDR name+0xOFF file:line` per address (expressions such as $pc are allo
             raise JitError("usage: jit symbolize ADDR...")
         addrs = [_parse_addr(a) for a in args]
         entries, funcs, problem = scan()
-        funcs = sorted(funcs, key=lambda f: f.start)
+        index = _AddressIndex(funcs)
         for a in addrs:
-            f = next((f for f in funcs if f.start <= a < f.end), None)
+            f = index.lookup(a)
             if f is None:
                 gdb.write("0x%x ??\n" % a)
                 continue
