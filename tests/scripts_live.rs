@@ -189,3 +189,34 @@ fn mixed_kinds() {
         }
     }
 }
+
+/// After the runtime unregisters its entry, the commands no longer know the functions
+/// (they walk the live list; nothing stale from an earlier command is reused).
+#[test]
+fn unregistered() {
+    if !require_tool("gdb", "unregistered") {
+        return;
+    }
+    let h = host("compact");
+    let dir = TempDir::new("scripts-unregister");
+    let layout = h.layout(dir.path());
+    let start = layout.get("jit_entry").start;
+    let t = h
+        .gdb(dir.path(), "unregister")
+        .cmd("break jit_test_break_here")
+        .cmd("run")
+        .section("before", ["jit list"])
+        .section("before_sym", [format!("jit symbolize {start:#x}")])
+        .cmd("continue")
+        .section("after", ["jit list"])
+        .section("after_sym", [format!("jit symbolize {start:#x}")])
+        .cmd("kill")
+        .run();
+    check_rows(&t, "before", &layout, &JIT_FUNCTIONS, "compact");
+    t.assert_contains(Some("before_sym"), &format!("{start:#x} jit_entry+0x0 "));
+    t.assert_contains(
+        Some("after"),
+        "0 JIT functions (0 registered in 0 entries).",
+    );
+    t.assert_contains(Some("after_sym"), &format!("{start:#x} ??"));
+}
