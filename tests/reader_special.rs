@@ -259,12 +259,11 @@ fn reader_refuses_damaged_payloads_and_keeps_working_live_and_in_a_core() {
     }
 
     // With the debug switch every refusal is shown, with the payload's first bytes.
-    std::env::set_var("JIT_READER_DEBUG", "1");
-    let dbg = Gdb::core(&host(), &core, dir.path())
-        .section("load", [load_cmd()])
-        .section("bt", ["bt"])
-        .run();
-    std::env::remove_var("JIT_READER_DEBUG");
+    let dbg = run_with_reader_debug(
+        &Gdb::core(&host(), &core, dir.path())
+            .section("load", [load_cmd()])
+            .section("bt", ["bt"]),
+    );
     let n = dbg.text.matches("jit-reader: refused JIT entry #").count();
     if n != 6 {
         dbg.fail(&format!(

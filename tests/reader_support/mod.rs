@@ -104,3 +104,20 @@ pub fn assert_no_reader_noise(t: &Transcript) {
         t.assert_not_contains(None, bad);
     }
 }
+
+/// Runs `g` like [`Gdb::run`], with `JIT_READER_DEBUG=1` in GDB's environment only (the
+/// reader then reports every entry read and every frame unwound).
+pub fn run_with_reader_debug(g: &Gdb) -> Transcript {
+    let mut cmd = Command::new("gdb");
+    cmd.arg("-batch").arg("-nx");
+    for p in crate::common::GDB_PRELUDE {
+        cmd.arg("-iex").arg(p);
+    }
+    for c in &g.commands {
+        cmd.arg("-ex").arg(c);
+    }
+    cmd.args(&g.args)
+        .current_dir(&g.dir)
+        .env("JIT_READER_DEBUG", "1");
+    crate::common::run_captured(cmd, &g.dir)
+}
