@@ -484,8 +484,9 @@ class JitList(gdb.Command):
 
 Reads __jit_debug_descriptor from target memory (live process or core file) and decodes
 every entry, compact records and ELF alike. REGEX (Python syntax) keeps the functions whose
-name it matches anywhere in. Columns: start, end, name, source file, payload kind and the
-address of the jit_code_entry."""
+name it matches anywhere in. Columns: start, end (one past the last byte), name, payload
+kind (compact or elf), address of the jit_code_entry, source file. Damaged entries are
+reported as warnings after the table."""
 
     def __init__(self):
         super().__init__("jit list", gdb.COMMAND_DATA)
@@ -528,6 +529,7 @@ def _place(funcs, why):
     for f in funcs:
         bp = _placed.get(f.start)
         if bp is not None and bp.is_valid():
+            gdb.write("jit: %s at 0x%x already has breakpoint %d\n" % (f.name, f.start, bp.number))
             continue
         bp = gdb.Breakpoint("*0x%x" % f.start, internal=False)
         _placed[f.start] = bp
@@ -541,10 +543,9 @@ class JitBreak(gdb.Command):
 
 A function named exactly NAME, else every function whose whole name matches the regular
 expression (Python syntax). The breakpoint is put at the function's first instruction
-(`break *ADDR`). If nothing matches yet, the request stays pending and is resolved when a
-matching function is registered (needs the reader plugin for compact payloads, as GDB only
-reports registrations for which it made an objfile). `jit break` without argument lists
-the pending requests."""
+(`break *ADDR`). If nothing matches yet, the request stays pending and is resolved by the
+first registration that brings a match (or by attach / core-file), then it is an ordinary
+breakpoint. `jit break` without argument lists the pending requests."""
 
     def __init__(self):
         super().__init__("jit break", gdb.COMMAND_BREAKPOINTS)
