@@ -41,6 +41,7 @@
 )]
 pub mod bindings;
 
+mod export;
 mod gdb;
 pub mod index;
 mod memory;
