@@ -322,3 +322,36 @@ fn reader_return_address_at_a_function_end_belongs_to_the_caller() {
     }
     t.assert_not_contains(Some("endcall"), "jit_next");
 }
+
+#[test]
+fn reader_nested_blocks_keep_their_parents() {
+    if !require_tool("gdb", "reader_blocks") {
+        return;
+    }
+    let dir = TempDir::new("reader-blocks");
+    let t = gdb_on(dir.path(), "blocks")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .cmd("frame 1")
+        .section(
+            "blocks",
+            ["python b = gdb.selected_frame().block()\nchain = []\nwhile b is not None:\n    chain.append(b.function.name if b.function else '-')\n    b = b.superblock\nprint('blocks: ' + ' < '.join(chain))"],
+        )
+        .run();
+    // The call instruction lies in jit_inner_scope, inside jit_inlined, inside the function.
+    let frames = t.gdb_bt("bt");
+    if !frames
+        .get(1)
+        .is_some_and(|f| f.is("jit_inner_scope") && f.line == Some(3))
+    {
+        t.fail("frame #1 is not the innermost nested block jit_inner_scope at line 3");
+    }
+    if !frames.iter().any(|f| f.is("reader_host_run")) {
+        t.fail("the backtrace does not continue past the nested blocks");
+    }
+    t.assert_contains(
+        Some("blocks"),
+        "blocks: jit_inner_scope < jit_inlined < jit_with_blocks < ",
+    );
+}

@@ -155,6 +155,49 @@ void jit_unregister(struct jit_registration *reg);
  */
 const char *jit_last_error(void);
 
+/**
+ * Switches the perf map on: from now on every registered function is also appended to
+ * `/tmp/perf-PID.map` as `START SIZE name`, which `perf report` uses to name samples in JIT
+ * code. The environment variable `JIT_PERF_MAP=1` does the same without a call. Output is
+ * buffered: it reaches the file when the buffer fills, on `jit_perf_flush`, and at exit.
+ * Calling it again does nothing. Returns 0, or -1 if the file cannot be opened (see
+ * `jit_last_error`); registration keeps working either way.
+ */
+int jit_perf_map_enable(void);
+
+/**
+ * Switches jitdump on: creates `DIR/jit-PID.dump` (`dir` NULL: the directory in
+ * `JIT_DUMP_DIR`, else the current directory), maps its first page executable so that
+ * `perf record -k mono` notices it, and from now on writes each registered function's name,
+ * machine code, line rows and unwinding table. Afterwards `perf inject --jit -i perf.data -o
+ * jit.data` and `perf report -i jit.data` name and annotate the JIT functions. The
+ * environment variable `JIT_DUMP=1` does the same without a call. Enable it before the JIT
+ * code runs. The code bytes are copied from each function's address at registration, so the
+ * code must be mapped readable then (unreadable functions are reported and left out).
+ * Calling it again with the same directory does nothing; another directory is an error.
+ * Returns 0, or -1 (see `jit_last_error`); registration keeps working either way.
+ *
+ * # Safety
+ * `dir` is NULL or a NUL-terminated string.
+ */
+int jit_dump_enable(const char *dir);
+
+/**
+ * Writes what the perf map and jitdump outputs have buffered to their files (also done
+ * automatically at exit, but not on `_exit`, a fatal signal or `SIGKILL`). Returns 0, or -1
+ * if a file cannot be written (see `jit_last_error`).
+ */
+int jit_perf_flush(void);
+
+/**
+ * The most recent problem of the perf map or jitdump output (a file that cannot be opened
+ * or written, code that cannot be read), or NULL if there was none. Such problems never make
+ * `jit_register` fail: each is printed once on stderr, the output concerned is switched off
+ * (an unreadable function is only left out), and this function reports it. The string stays
+ * valid until the process ends.
+ */
+const char *jit_perf_error(void);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -49,6 +49,8 @@ pub mod descriptor;
 #[cfg(feature = "runtime")]
 pub mod elf;
 #[cfg(feature = "runtime")]
+pub mod perf;
+#[cfg(feature = "runtime")]
 mod registry;
 
 #[cfg(feature = "runtime")]

@@ -92,6 +92,8 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     // SAFETY: the entry is boxed (stable address), in no list, and the payload it points to is
     // owned by the same box; both live until `Drop` unlinks the entry.
     unsafe { descriptor::link(cell.entry.get()) };
+    // Profiler outputs (perf map, jitdump) never fail the registration.
+    crate::perf::registered(object);
     Ok(Registration {
         cell,
         format,
