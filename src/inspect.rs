@@ -643,7 +643,10 @@ fn list(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
                 for why in &p.problems {
                     writeln!(out, "  problem: {why}")?;
                 }
-                for f in &p.functions {
+                // Address order reads best; the payload's own order is registration order.
+                let mut sorted: Vec<&FunctionInfo> = p.functions.iter().collect();
+                sorted.sort_by_key(|f| f.start);
+                for f in sorted {
                     functions += 1;
                     writeln!(
                         out,

@@ -499,6 +499,41 @@ fn perf_map_and_elf_exports() {
         .collect();
     assert_eq!(std::fs::read_to_string(&map).unwrap(), want);
 
+    // --symbolize without addresses reads them from stdin, several per line, hex with or
+    // without 0x: the same answers as on the command line.
+    let addrs: Vec<u64> = funcs.iter().map(|f| f.0 + 3).collect();
+    let stdin: String = addrs.iter().map(|a| format!("{a:x} {a:#x}\n")).collect();
+    let mut child = Command::new(jit_gdb())
+        .arg("inspect")
+        .arg(&core)
+        .arg("--exe")
+        .arg(testhost())
+        .arg("--symbolize")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let from_stdin: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let twice: Vec<String> = symbolize(&core, &addrs)
+        .into_iter()
+        .flat_map(|l| [l.clone(), l])
+        .collect();
+    assert_eq!(from_stdin, twice);
+
     let elf = dir.join("jit.elf");
     let out = inspect(&core, &["--elf", elf.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
