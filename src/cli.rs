@@ -22,6 +22,17 @@ USAGE:
         (--keep-core keeps it). Default format: compact (needs the reader).
     jit-gdb core PROGRAM CORE
         Batch report of a core file: every thread's backtrace, JIT frames included.
+    jit-gdb inspect CORE --exe PROGRAM [--list | --symbolize [ADDR...] | --perf-map FILE | --elf FILE]
+        The JIT functions registered in a core file, read without GDB. PROGRAM is the
+        executable (or shared library) that defines __jit_debug_descriptor.
+        --list (default)  every entry and its functions: start, size, name, source file
+        --symbolize       `ADDR name+0xOFF file:line` per address (`ADDR ??` if unknown);
+                          addresses in hex (0x optional), from stdin when none are given
+        --perf-map FILE   `START SIZE name` lines (hex, no 0x), as perf reads /tmp/perf-PID.map
+        --elf FILE        one ELF object with every JIT symbol and line table (addr2line,
+                          pprof, `add-symbol-file`)
+        Exit status: 0 all read; 3 report printed but parts unreadable (listed); 1 nothing
+        readable; 2 usage error.
     jit-gdb --reader-path
         Print the path of the GDB reader plugin (libjitreader.so) that would be loaded.
     jit-gdb --help | --version
@@ -59,6 +70,8 @@ pub enum Command {
         program: PathBuf,
         core: PathBuf,
     },
+    /// `inspect CORE --exe PROGRAM ...`: read the JIT functions of a core without GDB.
+    Inspect(crate::inspect::Options),
     /// Run GDB with these arguments after ours.
     Gdb(Vec<OsString>),
 }
@@ -148,6 +161,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
                 format,
                 crash,
             })
+        }
+        "inspect" => {
+            crate::inspect::parse(args.into_iter().skip(1).collect()).map(Command::Inspect)
         }
         "core" => {
             let mut rest = args.into_iter().skip(1);

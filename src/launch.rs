@@ -198,9 +198,12 @@ pub fn core_report(program: &Path, core: &Path) -> Result<i32, String> {
     let scripts = find_scripts()?;
     let mut args: Vec<OsString> = vec!["-batch".into(), "-nx".into()];
     args.extend(setup_args(Some(&reader), scripts.as_deref()));
-    // TODO(gdb-scripts): when gdb-scripts/jit.py provides its command that lists the
-    // registered JIT functions, run it here after the backtraces (only if `scripts` is set).
-    args.extend(ex_echoed(&["info threads", "thread apply all bt"]));
+    let mut cmds = vec!["info threads", "thread apply all bt"];
+    if scripts.is_some() {
+        // The registered JIT functions (name, range, file), read from the core's memory.
+        cmds.push("jit list");
+    }
+    args.extend(ex_echoed(&cmds));
     args.push(program.as_os_str().into());
     args.push(core.as_os_str().into());
     run_gdb(&gdb, &args)

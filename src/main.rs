@@ -3,6 +3,7 @@
 
 mod cli;
 mod demo;
+mod inspect;
 mod launch;
 
 use cli::Command;
@@ -40,6 +41,7 @@ fn main() {
             format,
             crash,
         } => demo::run_script(&file, format, crash).map(|v| v as i32),
+        Command::Inspect(options) => inspect::run(&options),
         Command::Core { program, core } => launch::core_report(&program, &core),
         Command::Gdb(args) => launch::exec_gdb(args),
     };

@@ -175,6 +175,17 @@ fn core_report_shows_jit_frames() {
         "{report}"
     );
     assert!(bt.contains(" main () at "), "{report}");
+    // `jit list` after the backtraces: every script function, read from the core.
+    let list = &report[report
+        .find("(gdb) jit list")
+        .unwrap_or_else(|| panic!("no JIT function list:\n{report}"))..];
+    for name in ["leaf", "fib", "main"] {
+        assert!(
+            list.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some(name) && l.ends_with("fib.jg")),
+            "{name} missing from the JIT function list:\n{report}"
+        );
+    }
 }
 
 /// The rust-gdb-style mode: GDB with the reader loaded, the user's GDB arguments, and the

@@ -279,7 +279,7 @@ fn reader_unregister_forgets_names_and_unwind_rows() {
     }
     let h = compact_host();
     let (dir, layout) = setup(&h, "reader-unregister");
-    let t = gdb(&h, dir.path(), "unregister")
+    let g = gdb(&h, dir.path(), "unregister")
         .cmd("break jit_test_break_here")
         .cmd("run")
         .section("registered bt", ["bt"])
@@ -287,8 +287,22 @@ fn reader_unregister_forgets_names_and_unwind_rows() {
         .cmd("continue")
         .section("unregistered bt", ["bt"])
         .cmd("continue")
-        .section("end", ["info inferiors"])
-        .run();
+        .section("end", ["info inferiors"]);
+    let t = g.run();
+    // Again with the reader's debug lines (they interleave with GDB's output, so no
+    // backtrace parsing there): the reader unwound the JIT frames while registered, and
+    // declined the same code once its entry was unregistered, which GDB does not tell
+    // readers: the entry's live slot did.
+    let dbg = run_with_reader_debug(&g);
+    let Some(at) = dbg.text.find("jit-gdb-testhost: unregistered") else {
+        dbg.fail("the host did not unregister");
+    };
+    if !dbg.text[..at].contains("jit-reader: unwound jit_middle") {
+        dbg.fail("the reader did not unwind the registered JIT frames");
+    }
+    if dbg.text[at..].contains("jit-reader: unwound") {
+        dbg.fail("the reader unwound unregistered code with stale rows");
+    }
     assert_chain(&t, "registered bt", &CHAIN, &layout);
     let bt = t.gdb_bt("unregistered bt");
     if !bt.first().is_some_and(|f| f.is("jit_test_break_here")) {
@@ -326,4 +340,26 @@ fn reader_line_table_ends_with_each_function() {
     t.assert_contains(Some("last"), &format!("Line {} of", last.1));
     t.assert_contains(Some("last"), &format!("and ends at {end:#x}"));
     t.assert_contains(Some("end"), "No line number information");
+}
+
+#[test]
+fn reader_rerun_in_one_session() {
+    if !have_gdb("reader_rerun") {
+        return;
+    }
+    let h = compact_host();
+    let (dir, layout) = setup(&h, "reader-rerun");
+    // The second process registers the same addresses with new live keys: the first run's
+    // index entries are dead and replaced.
+    let t = gdb(&h, dir.path(), "run")
+        .cmd("break jit_test_break_here")
+        .cmd("run")
+        .section("first", ["bt"])
+        .cmd("kill")
+        .cmd("run")
+        .section("second", ["bt"])
+        .run();
+    assert_chain(&t, "first", &CHAIN, &layout);
+    assert_chain(&t, "second", &CHAIN, &layout);
+    assert_no_reader_noise(&t);
 }

@@ -259,12 +259,11 @@ fn reader_refuses_damaged_payloads_and_keeps_working_live_and_in_a_core() {
     }
 
     // With the debug switch every refusal is shown, with the payload's first bytes.
-    std::env::set_var("JIT_READER_DEBUG", "1");
-    let dbg = Gdb::core(&host(), &core, dir.path())
-        .section("load", [load_cmd()])
-        .section("bt", ["bt"])
-        .run();
-    std::env::remove_var("JIT_READER_DEBUG");
+    let dbg = run_with_reader_debug(
+        &Gdb::core(&host(), &core, dir.path())
+            .section("load", [load_cmd()])
+            .section("bt", ["bt"]),
+    );
     let n = dbg.text.matches("jit-reader: refused JIT entry #").count();
     if n != 6 {
         dbg.fail(&format!(
@@ -322,4 +321,37 @@ fn reader_return_address_at_a_function_end_belongs_to_the_caller() {
         t.fail("frame #1's pc is not the end of jit_ends_with_call");
     }
     t.assert_not_contains(Some("endcall"), "jit_next");
+}
+
+#[test]
+fn reader_nested_blocks_keep_their_parents() {
+    if !require_tool("gdb", "reader_blocks") {
+        return;
+    }
+    let dir = TempDir::new("reader-blocks");
+    let t = gdb_on(dir.path(), "blocks")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .cmd("frame 1")
+        .section(
+            "blocks",
+            ["python b = gdb.selected_frame().block()\nchain = []\nwhile b is not None:\n    chain.append(b.function.name if b.function else '-')\n    b = b.superblock\nprint('blocks: ' + ' < '.join(chain))"],
+        )
+        .run();
+    // The call instruction lies in jit_inner_scope, inside jit_inlined, inside the function.
+    let frames = t.gdb_bt("bt");
+    if !frames
+        .get(1)
+        .is_some_and(|f| f.is("jit_inner_scope") && f.line == Some(3))
+    {
+        t.fail("frame #1 is not the innermost nested block jit_inner_scope at line 3");
+    }
+    if !frames.iter().any(|f| f.is("reader_host_run")) {
+        t.fail("the backtrace does not continue past the nested blocks");
+    }
+    t.assert_contains(
+        Some("blocks"),
+        "blocks: jit_inner_scope < jit_inlined < jit_with_blocks < ",
+    );
 }

@@ -38,6 +38,8 @@
 
 pub mod error;
 pub mod format;
+#[cfg(feature = "inspect")]
+pub mod inspect;
 pub mod model;
 
 #[cfg(feature = "runtime")]

@@ -1,7 +1,7 @@
 //! # jit-reader: GDB JIT reader plugin for jit-gdb compact records
 //!
 //! Built as `libjitreader.so` and loaded in GDB with `jit-reader-load /abs/path/libjitreader.so`.
-//! For every JIT code entry of the debugged process GDB hands the payload to [`read`](gdb):
+//! For every JIT code entry of the debugged process GDB hands the payload to `read`:
 //! compact records (see `docs/FORMAT.md`) become symbol tables (one per source file), a block
 //! per function, nested blocks and line tables; any other payload (e.g. an ELF entry) is
 //! declined silently and GDB reads it itself. The reader also keeps an index of every
@@ -19,6 +19,16 @@
 //! GDB never tells a reader that an entry was unregistered, so the index trusts an entry
 //! only after confirming, through target memory, that the entry's live slot still holds the
 //! key its payload names (see [`jit_interface::format::LiveCheck`]).
+//!
+//! What it prints (stderr, prefixed `jit-reader:`): the first three damaged payloads it
+//! refuses, with the decoder's reason (then only a count), and, once per distinct message,
+//! why a backtrace ends at a JIT frame whose caller cannot be found sanely. The environment
+//! variable `JIT_READER_DEBUG=1` (read at `jit-reader-load`) adds every refusal with the
+//! payload's first bytes, every entry read and every frame unwound.
+//!
+//! Limits (GDB 13's reader API): functions are `void()` without parameters or locals, and
+//! GDB does not find them by name (`break NAME`, `frame function NAME`); everything that
+//! goes by address works. Unwinding is x86-64 only for now.
 
 #[rustfmt::skip]
 #[allow(
@@ -31,6 +41,7 @@
 )]
 pub mod bindings;
 
+mod export;
 mod gdb;
 pub mod index;
 mod memory;

@@ -20,6 +20,8 @@
 //!   `jit_next` is run (stop 1, break on its address to stop at its first instruction), then
 //!   `jit_ends_with_call` (stop 2 in the native break: its return address is jit_next's
 //!   first byte). The break then returns into jit_next with a wrong stack: kill there.
+//! - `blocks`: `jit_with_blocks` with nested blocks `jit_inlined` (offsets 4..16) and, inside
+//!   it, `jit_inner_scope` (14..16, the call) (stop).
 //! - `many`: `READER_HOST_MANY` (default 100,000) functions with lines in one entry, at
 //!   addresses without code, plus `jit_intact_inner` (stop): for timing GDB by hand.
 //!
@@ -33,7 +35,7 @@ use jit_interface::format::{decode_all, encode, DecodeError};
 use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
 
 const USAGE: &str =
-    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|many";
+    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|blocks|many";
 
 /// Fixed code address (away from the main host's), so runs are reproducible.
 const BASE: u64 = 0x1b17_0000_0000;
@@ -494,6 +496,21 @@ fn real_main() -> Result<(), String> {
             // Does not come back: the break returns into jit_next's first instruction with
             // jit_ends_with_call's frame still on the stack. Debugger use only (kill here).
             stop("endcall", starts[0]);
+        }
+        "blocks" => {
+            // `jit_with_blocks` holds a nested block `jit_inlined` (the call sequence) which
+            // holds `jit_inner_scope` (the call instruction).
+            let f = frame_pointer_fn("jit_with_blocks", brk);
+            let starts = buf.place(&[&f])?;
+            let mut obj = JitObject::new();
+            describe_into(&mut obj, &f, starts[0], &file)?;
+            let outer = obj
+                .add_block(0, "jit_inlined", 4, 16, None)
+                .map_err(|e| e.to_string())?;
+            obj.add_block(0, "jit_inner_scope", 14, 16, Some(outer))
+                .map_err(|e| e.to_string())?;
+            let _r = jit_interface::register(&obj, Format::Compact).map_err(|e| e.to_string())?;
+            stop("blocks", starts[0]);
         }
         "many" => {
             // 100,000 functions (names and lines only, at addresses with no code) in one

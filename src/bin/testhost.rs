@@ -56,6 +56,7 @@ const DEFAULT_BASE: u64 = 0x1a17_0000_0000;
 const ENTRY_N: i64 = 40;
 static VALUE: i64 = 100;
 
+static COMPACT: AtomicBool = AtomicBool::new(false);
 static WAIT_IN_BREAK: AtomicBool = AtomicBool::new(false);
 /// Address of `jit_second`, for the native callback.
 static SECOND: AtomicU64 = AtomicU64::new(0);
@@ -199,7 +200,11 @@ fn describe(obj: &mut JitObject, f: &JitFn, base: u64, file: &str) -> jit_interf
         }
         FrameDesc::Rows(rows) => obj.set_unwind(id, rows)?,
     }
-    for v in &f.variables {
+    for v in f
+        .variables
+        .iter()
+        .filter(|_| !COMPACT.load(Ordering::Relaxed))
+    {
         obj.add_variable(id, v.clone())?;
     }
     Ok(())
@@ -261,6 +266,7 @@ fn real_main() -> Result<(), String> {
         .expect("jit_second");
     SECOND.store(base + u64::from(second.offset), Ordering::Release);
 
+    COMPACT.store(o.format == Some(Format::Compact), Ordering::Relaxed);
     let mut registrations: Vec<Registration> = Vec::new();
     if let Some(format) = o.format {
         let groups: Vec<Vec<&JitFn>> = if o.per_function {

@@ -9,29 +9,38 @@ use std::sync::OnceLock;
 use crate::common::scenario::Host;
 use crate::common::{Gdb, Layout, TempDir, Transcript};
 
-/// `target/<profile>/libjitreader.so`, next to this test executable's `deps/` directory.
-/// Built (or brought up to date) once per test binary with `cargo build -p jit-reader`, in
-/// the same profile and target directory, since the root package does not depend on it.
+/// The reader plugin under test: `JIT_READER_SO` if set, else built (or brought up to
+/// date) once per test binary with `cargo build -p jit-reader` in the test's profile, into
+/// its own target directory `target/reader-tests` beside this test executable's. A separate
+/// directory because jit-interface (a cdylib and staticlib too) has unhashed artifact names:
+/// building the reader alone, with other features, in `target/` would overwrite the
+/// jit-interface library the rest of the test run (its doctests) uses.
 pub fn reader_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
     SO.get_or_init(|| {
+        if let Some(p) = std::env::var_os("JIT_READER_SO") {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "JIT_READER_SO={} is not a file", p.display());
+            return p;
+        }
         let exe = std::env::current_exe().expect("test executable path");
         let profile_dir = exe
             .parent()
             .and_then(Path::parent)
-            .expect("test executable in target/<profile>/deps")
-            .to_path_buf();
-        let so = profile_dir.join("libjitreader.so");
+            .expect("test executable in target/<profile>/deps");
         let profile = profile_dir
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or("debug")
             .to_string();
-        let target_dir = profile_dir.parent().expect("target dir");
+        let target_dir = profile_dir
+            .parent()
+            .expect("target dir")
+            .join("reader-tests");
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "--quiet", "-p", "jit-reader", "--target-dir"])
-            .arg(target_dir)
+            .arg(&target_dir)
             .current_dir(env!("CARGO_MANIFEST_DIR"));
         match profile.as_str() {
             "debug" => {}
@@ -42,17 +51,13 @@ pub fn reader_so() -> &'static Path {
                 cmd.args(["--profile", p]);
             }
         }
-        match cmd.status() {
-            Ok(s) if s.success() => {}
-            other => eprintln!(
-                "warning: `cargo build -p jit-reader` failed ({other:?}); using {} as it is",
-                so.display()
-            ),
-        }
+        let so = target_dir.join(&profile).join("libjitreader.so");
+        let status = cmd.status();
         assert!(
-            so.is_file(),
-            "{} is missing: build it with `cargo build -p jit-reader`",
-            so.display()
+            matches!(status, Ok(s) if s.success()) && so.is_file(),
+            "building the reader with `cargo build -p jit-reader --target-dir {}` failed ({status:?}); \
+             set JIT_READER_SO to a built libjitreader.so to use that instead",
+            target_dir.display()
         );
         so
     })
@@ -103,4 +108,21 @@ pub fn assert_no_reader_noise(t: &Transcript) {
     ] {
         t.assert_not_contains(None, bad);
     }
+}
+
+/// Runs `g` like [`Gdb::run`], with `JIT_READER_DEBUG=1` in GDB's environment only (the
+/// reader then reports every entry read and every frame unwound).
+pub fn run_with_reader_debug(g: &Gdb) -> Transcript {
+    let mut cmd = Command::new("gdb");
+    cmd.arg("-batch").arg("-nx");
+    for p in crate::common::GDB_PRELUDE {
+        cmd.arg("-iex").arg(p);
+    }
+    for c in &g.commands {
+        cmd.arg("-ex").arg(c);
+    }
+    cmd.args(&g.args)
+        .current_dir(&g.dir)
+        .env("JIT_READER_DEBUG", "1");
+    crate::common::run_captured(cmd, &g.dir)
 }

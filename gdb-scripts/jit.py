@@ -1,0 +1,740 @@
+# jit-gdb GDB extension: commands for code registered through GDB's JIT interface.
+#
+# Load with `source /path/to/gdb-scripts/jit.py` (the `jit-gdb` launcher does this), or
+# install for auto-load (see gdb-scripts/README.md). Commands: `jit list`, `jit break`,
+# `jit symbolize`, `jit export-perf-map`; `help jit` explains each.
+#
+# Why it exists: GDB 13 keeps functions created by a JIT reader out of its name lookups
+# (`break jit_fn` says "Function not defined", `info functions` lists nothing) and has no
+# command that shows what a JIT registered. This extension reads the JIT descriptor
+# (`__jit_debug_descriptor`) straight from target memory, so it works on live processes
+# and on core files alike, and decodes every payload with the project's own codec in
+# libjitreader.so (`jitgdb_decode_payload_json`, called through ctypes): there is no second
+# decoder in Python.
+#
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+import bisect
+import ctypes
+import json
+import os
+import re
+import struct
+import sys
+
+import gdb
+
+# GDB's `source` runs this file without setting __file__; the code object knows its path.
+_SCRIPT = os.path.realpath(sys._getframe().f_code.co_filename)
+
+# Layout of GDB's JIT interface (gdb/jit.h; version 1, 64-bit targets):
+#   struct jit_descriptor { uint32_t version; uint32_t action_flag;
+#                           jit_code_entry *relevant_entry; jit_code_entry *first_entry; };
+#   struct jit_code_entry { jit_code_entry *next, *prev; const char *symfile_addr;
+#                           uint64_t symfile_size; };
+_DESCRIPTOR = struct.Struct("<IIQQ")
+_ENTRY = struct.Struct("<QQQQ")
+_JIT_REGISTER = 1
+
+_READER_FILE = "libjitreader.so"
+_ENV_READER = "JIT_GDB_READER"
+
+# A list longer than this, or a payload bigger than this, is treated as damage (a core file
+# may hold garbage): the walk stops with an error instead of running for ever.
+_DEFAULT_MAX_ENTRIES = 1000000
+_MAX_PAYLOAD = 256 << 20
+
+
+class JitError(gdb.GdbError):
+    """An error shown to the user as `jit: MESSAGE` (no Python traceback)."""
+
+    def __init__(self, msg):
+        super().__init__("jit: " + msg)
+
+
+# ---------------------------------------------------------------------------------------
+# Parameters: `set jit reader-path`, `set jit max-entries`
+
+
+class _SetJit(gdb.Command):
+    """Settings of the jit-gdb extension."""
+
+    def __init__(self):
+        super().__init__("set jit", gdb.COMMAND_DATA, prefix=True)
+
+
+class _ShowJit(gdb.Command):
+    """Settings of the jit-gdb extension."""
+
+    def __init__(self):
+        super().__init__("show jit", gdb.COMMAND_DATA, prefix=True)
+
+
+class _ReaderPath(gdb.Parameter):
+    """Absolute path of libjitreader.so, whose decoder the jit commands call.
+
+    Empty (the default): the JIT_GDB_READER environment variable, else the copy GDB loaded
+    with `jit-reader-load` (found in GDB's own memory map), else the build directories of
+    the source tree this script lives in."""
+
+    set_doc = "Set the path of libjitreader.so used by the jit commands."
+    show_doc = "Show the path of libjitreader.so used by the jit commands."
+
+    def __init__(self):
+        super().__init__("jit reader-path", gdb.COMMAND_DATA, gdb.PARAM_OPTIONAL_FILENAME)
+        self.value = ""
+
+    def get_set_string(self):
+        _Decoder.forget()
+        return ""
+
+    def get_show_string(self, svalue):
+        if svalue:
+            return "libjitreader.so for the jit commands: " + svalue
+        return "libjitreader.so for the jit commands: automatic (now: %s)" % (
+            _Decoder.describe_choice()
+        )
+
+
+class _MaxEntries(gdb.Parameter):
+    """Longest JIT entry list the jit commands walk; a longer one is reported as damaged."""
+
+    set_doc = "Set the maximum number of JIT entries the jit commands read."
+    show_doc = "Show the maximum number of JIT entries the jit commands read."
+
+    def __init__(self):
+        super().__init__("jit max-entries", gdb.COMMAND_DATA, gdb.PARAM_ZUINTEGER)
+        self.value = _DEFAULT_MAX_ENTRIES
+
+    def get_set_string(self):
+        return ""
+
+    def get_show_string(self, svalue):
+        return "Maximum number of JIT entries read: " + svalue
+
+
+_SetJit()
+_ShowJit()
+_READER_PARAM = _ReaderPath()
+_MAX_ENTRIES_PARAM = _MaxEntries()
+
+
+# ---------------------------------------------------------------------------------------
+# The decoder: libjitreader.so through ctypes
+
+
+class _Decoder:
+    _lib = None
+    _path = None
+
+    @classmethod
+    def forget(cls):
+        cls._lib = None
+        cls._path = None
+        _cache.clear()
+
+    @classmethod
+    def _candidates(cls):
+        """(path, how it was chosen), most explicit first."""
+        out = []
+        if _READER_PARAM.value:
+            out.append((_READER_PARAM.value, "set jit reader-path"))
+            return out
+        env = os.environ.get(_ENV_READER)
+        if env:
+            out.append((env, "environment variable " + _ENV_READER))
+            return out
+        # GDB dlopen()s the plugin on `jit-reader-load`: it is in GDB's own memory map.
+        try:
+            with open("/proc/self/maps") as maps:
+                for line in maps:
+                    path = line.split(None, 5)[-1].strip() if line.count(" ") >= 5 else ""
+                    if os.path.basename(path) == _READER_FILE:
+                        out.append((path, "loaded by jit-reader-load"))
+                        break
+        except OSError:
+            pass
+        here = os.path.dirname(_SCRIPT)
+        for profile in ("debug", "release"):
+            out.append(
+                (
+                    os.path.join(os.path.dirname(here), "target", profile, _READER_FILE),
+                    "source tree build",
+                )
+            )
+        return out
+
+    @classmethod
+    def describe_choice(cls):
+        for path, how in cls._candidates():
+            if os.path.isfile(path):
+                return "%s (%s)" % (path, how)
+        return "none found"
+
+    @classmethod
+    def lib(cls):
+        if cls._lib is not None:
+            return cls._lib
+        tried = []
+        for path, how in cls._candidates():
+            if not os.path.isabs(path):
+                raise JitError(
+                    "%s names %r, which is not an absolute path: give the absolute path of %s"
+                    % (how, path, _READER_FILE)
+                )
+            if not os.path.isfile(path):
+                tried.append("%s (%s): no such file" % (path, how))
+                continue
+            try:
+                lib = ctypes.CDLL(path)
+                fn = lib.jitgdb_decode_payload_json
+            except (OSError, AttributeError) as e:
+                tried.append("%s (%s): %s" % (path, how, e))
+                continue
+            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
+            fn.restype = ctypes.c_void_p
+            lib.jitgdb_free_string.argtypes = [ctypes.c_void_p]
+            lib.jitgdb_free_string.restype = None
+            cls._lib, cls._path = lib, path
+            return lib
+        raise JitError(
+            "cannot load the payload decoder %s (%s). Build it with `cargo build -p jit-reader`, "
+            "then `set jit reader-path /abs/path/%s` or set %s."
+            % (_READER_FILE, "; ".join(tried) or "no candidate", _READER_FILE, _ENV_READER)
+        )
+
+    @classmethod
+    def decode(cls, data):
+        """The decoded payload as a dict: {"kind": ...} or {"error": ...}."""
+        lib = cls.lib()
+        n = ctypes.c_size_t(0)
+        ptr = lib.jitgdb_decode_payload_json(data, len(data), ctypes.byref(n))
+        if not ptr:
+            return {"error": "the decoder refused its arguments"}
+        try:
+            text = ctypes.string_at(ptr, n.value).decode("utf-8", "replace")
+        finally:
+            lib.jitgdb_free_string(ptr)
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            return {"error": "the decoder returned malformed JSON (%s)" % e}
+        if not isinstance(doc, dict):
+            return {"error": "the decoder returned JSON that is not an object"}
+        return doc
+
+
+# ---------------------------------------------------------------------------------------
+# The model: what the process registered
+
+
+class JitFunction:
+    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry")
+
+    def __init__(self, name, start, size, file, lines, kind, entry):
+        self.name = name
+        self.start = start
+        self.size = size
+        self.file = file
+        # The decoder's rows as they came, [[ADDR, LINE], ...]: only `jit symbolize` needs
+        # them, so they are checked there (a list of 100,000 functions stays cheap).
+        self.lines = lines
+        self.kind = kind
+        self.entry = entry
+
+    @property
+    def end(self):
+        return self.start + self.size
+
+    def line_at(self, addr):
+        """Line of the last row at or before addr (rows in any order)."""
+        best = None
+        for row in self.lines:
+            try:
+                a, line = int(row[0]), int(row[1])
+            except (TypeError, ValueError, IndexError):
+                raise JitError("the decoder returned a malformed line row %r for %s"
+                               % (row, self.name))
+            if a <= addr and (best is None or a >= best[0]):
+                best = (a, line)
+        return None if best is None else best[1]
+
+
+class JitEntry:
+    __slots__ = ("address", "payload_addr", "payload_size", "kind", "error", "problems")
+
+    def __init__(self, address, payload_addr, payload_size):
+        self.address = address
+        self.payload_addr = payload_addr
+        self.payload_size = payload_size
+        self.kind = "?"
+        self.error = None
+        # What the decoder noticed but could still decode around (e.g. a DWARF oddity).
+        self.problems = []
+
+
+def _payload_kind(data):
+    if data[:4] == b"\x7fELF":
+        return "elf"
+    if data[:4] == b"JGCR":
+        return "compact"
+    return "unknown"
+
+
+def _int(v, what):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise ValueError("%s is not a non-negative integer" % what)
+    return v
+
+
+def _functions_of(doc, entry):
+    """JitFunctions from a decoded payload. The JSON shape is the one of
+    `jit_interface::inspect::payload_json`:
+      {"kind": "compact"|"elf", "arch": ..., "objects": [{"live": ...}, ...],
+       "functions": [{"name", "start", "size", "file", "lines": [[ADDR, LINE], ...],
+                      "object"}, ...],
+       "problems": [TEXT, ...]}"""
+    out = []
+    kind, address = entry.kind, entry.address
+    for f in doc.get("functions") or []:
+        name = f.get("name")
+        if not isinstance(name, str):
+            raise ValueError("a function without a name")
+        start = _int(f.get("start"), "start of " + name)
+        size = _int(f.get("size"), "size of " + name)
+        lines = f.get("lines") or []
+        if not isinstance(lines, list):
+            raise ValueError("the line rows of %s are not a list" % name)
+        file = f.get("file")
+        out.append(JitFunction(name, start, size, file if isinstance(file, str) else None,
+                               lines, kind, address))
+    return out
+
+
+def deferred_functions(entry, doc):
+    """HOOK POINT for deferred functions.
+
+    A later version of the runtime may register functions whose code is not generated yet
+    (pending in the runtime). The payload format has no way to describe them today, so this
+    returns nothing; when the format or the inspect JSON gains them, turn them into
+    JitFunction objects here (with size 0 until compiled) and every command shows them."""
+    return []
+
+
+def _read(addr, size, what):
+    try:
+        return bytes(gdb.selected_inferior().read_memory(addr, size))
+    except gdb.MemoryError as e:
+        raise JitError("cannot read %s at 0x%x (%d bytes): %s" % (what, addr, size, e))
+    except gdb.error as e:
+        raise JitError("cannot read %s at 0x%x: %s" % (what, addr, e))
+
+
+def descriptor_address():
+    inf = gdb.selected_inferior()
+    if inf is None or inf.pid == 0:
+        raise JitError(
+            "the program is not running: start it, attach to a process or load a core file first"
+        )
+    # `info address` works for minimal symbols (the descriptor comes from a C file
+    # without debug info) whatever the current language; an expression would not.
+    try:
+        text = gdb.execute("info address __jit_debug_descriptor", to_string=True)
+    except gdb.error:
+        text = ""
+    m = re.search(r"\bis at (0x[0-9a-fA-F]+)", text)
+    if m is None:
+        m = re.search(r"\bat address (0x[0-9a-fA-F]+)", text)
+    if m:
+        return int(m.group(1), 16)
+    else:
+        raise JitError(
+            "no __jit_debug_descriptor in the program: it does not use GDB's JIT interface "
+            "(jit-interface), or its symbols were stripped"
+        )
+
+
+def read_descriptor():
+    addr = descriptor_address()
+    version, action, relevant, first = _DESCRIPTOR.unpack(
+        _read(addr, _DESCRIPTOR.size, "__jit_debug_descriptor")
+    )
+    return addr, version, action, relevant, first
+
+
+def scan_entry(address):
+    """Reads and decodes one jit_code_entry: (JitEntry, next pointer, [JitFunction])."""
+    nxt, _prev, payload, size = _ENTRY.unpack(_read(address, _ENTRY.size, "jit_code_entry"))
+    entry = JitEntry(address, payload, size)
+    funcs = []
+    if size == 0 or size > _MAX_PAYLOAD:
+        entry.error = "implausible payload size %d" % size
+        return entry, nxt, funcs
+    try:
+        data = _read(payload, size, "the payload of entry 0x%x" % address)
+    except JitError as e:
+        entry.error = str(e)[len("jit: "):]
+        return entry, nxt, funcs
+    entry.kind = _payload_kind(data)
+    cached = _cache.get((address, payload, size))
+    if cached is not None and cached[0] == data:
+        _, entry.kind, entry.error, entry.problems, funcs = cached
+        return entry, nxt, list(funcs)
+    funcs = _decode(entry, data)
+    if len(_cache) >= _CACHE_MAX:
+        _cache.clear()
+    _cache[(address, payload, size)] = (data, entry.kind, entry.error, entry.problems, funcs)
+    return entry, nxt, list(funcs)
+
+
+# Decoded payloads by (entry, payload address, size), kept with the bytes they came from: a
+# later command re-reads the bytes (one memory read) and decodes again only if they differ.
+_cache = {}
+_CACHE_MAX = 4096
+
+
+def _decode(entry, data):
+    """The functions of one payload; sets entry.kind, .error and .problems."""
+    doc = _Decoder.decode(data)
+    if "error" in doc:
+        entry.error = str(doc["error"])
+        return []
+    if isinstance(doc.get("kind"), str):
+        entry.kind = doc["kind"]
+    entry.problems = [str(p) for p in doc.get("problems") or []]
+    try:
+        funcs = _functions_of(doc, entry)
+    except (ValueError, TypeError, AttributeError, IndexError) as e:
+        entry.error = "unexpected decoder output: %s" % e
+        return []
+    return funcs + deferred_functions(entry, doc)
+
+
+def scan():
+    """Every registered entry and function, walking the list from first_entry."""
+    _addr, version, _action, _relevant, first = read_descriptor()
+    # A missing decoder is the user's problem to fix, not damage in the list: raise it now.
+    _Decoder.lib()
+    if version != 1:
+        raise JitError(
+            "__jit_debug_descriptor has version %d where 1 was expected (not initialised yet, "
+            "or damaged)" % version
+        )
+    limit = _MAX_ENTRIES_PARAM.value or _DEFAULT_MAX_ENTRIES
+    entries, funcs, seen = [], [], set()
+    problem = None
+    cur = first
+    while cur:
+        if cur in seen:
+            problem = "the entry list loops back to entry 0x%x: stopped there" % cur
+            break
+        if len(entries) >= limit:
+            problem = "more than %d entries (set jit max-entries): stopped" % limit
+            break
+        seen.add(cur)
+        try:
+            entry, nxt, fs = scan_entry(cur)
+        except JitError as e:
+            problem = "entry list broken: %s" % str(e)[len("jit: "):]
+            break
+        entries.append(entry)
+        funcs.extend(fs)
+        cur = nxt
+    return entries, funcs, problem
+
+
+# ---------------------------------------------------------------------------------------
+# Commands
+
+
+def _compile(pattern):
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise JitError("bad regular expression %r: %s" % (pattern, e))
+
+
+def _report_problems(entries, problem):
+    for e in entries:
+        for p in e.problems:
+            gdb.write("warning: jit entry 0x%x (%s payload): %s\n" % (e.address, e.kind, p))
+        if e.error:
+            gdb.write(
+                "warning: jit entry 0x%x (%s payload, %d bytes at 0x%x): %s\n"
+                % (e.address, e.kind, e.payload_size, e.payload_addr, e.error)
+            )
+    if problem:
+        gdb.write("warning: %s\n" % problem)
+
+
+class JitPrefix(gdb.Command):
+    """Commands for JIT-compiled code registered through GDB's JIT interface.
+
+jit list [REGEX]            every registered JIT function
+jit break NAME|REGEX        breakpoints on JIT functions (pending until registered)
+jit symbolize ADDR...       name+offset and file:line of addresses
+jit export-perf-map FILE    write a perf map (START SIZE name) of the JIT functions"""
+
+    def __init__(self):
+        super().__init__("jit", gdb.COMMAND_DATA, prefix=True)
+
+
+class JitList(gdb.Command):
+    """List the JIT functions the program registered: jit list [REGEX]
+
+Reads __jit_debug_descriptor from target memory (live process or core file) and decodes
+every entry, compact records and ELF alike. REGEX (Python syntax) keeps the functions whose
+name it matches anywhere in. Columns: start, end (one past the last byte), name, payload
+kind (compact or elf), address of the jit_code_entry, source file. Damaged entries are
+reported as warnings after the table."""
+
+    def __init__(self):
+        super().__init__("jit list", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        arg = arg.strip()
+        rx = _compile(arg) if arg else None
+        entries, funcs, problem = scan()
+        shown = [f for f in funcs if rx is None or rx.search(f.name)]
+        shown.sort(key=lambda f: (f.start, f.name))
+        if shown:
+            w = max(len(f.name) for f in shown)
+            w = max(w, 4)
+            gdb.write("%-18s %-18s %-*s %-7s %-18s %s\n"
+                      % ("Start", "End", w, "Name", "Kind", "Entry", "File"))
+            for f in shown:
+                gdb.write("0x%016x 0x%016x %-*s %-7s 0x%016x %s\n"
+                          % (f.start, f.end, w, f.name, f.kind, f.entry, f.file or "-"))
+        what = "JIT functions" if rx is None else "JIT functions matching %r" % arg
+        gdb.write("%d %s (%d registered in %d entries).\n"
+                  % (len(shown), what, len(funcs), len(entries)))
+        _report_problems(entries, problem)
+
+
+# Pending `jit break` requests: [(pattern text, compiled regex)].
+_pending = []
+# Addresses that already carry a breakpoint made by `jit break`.
+_placed = {}
+
+
+def _matches(pattern, rx, funcs):
+    exact = [f for f in funcs if f.name == pattern]
+    if exact:
+        return exact
+    return [f for f in funcs if rx.fullmatch(f.name)]
+
+
+def _place(funcs, why):
+    n = 0
+    for f in funcs:
+        bp = _placed.get(f.start)
+        if bp is not None and bp.is_valid():
+            gdb.write("jit: %s at 0x%x already has breakpoint %d\n" % (f.name, f.start, bp.number))
+            continue
+        bp = gdb.Breakpoint("*0x%x" % f.start, internal=False)
+        _placed[f.start] = bp
+        n += 1
+        gdb.write("jit: breakpoint %d on %s at 0x%x%s\n" % (bp.number, f.name, f.start, why))
+    return n
+
+
+class JitBreak(gdb.Command):
+    """Break on JIT functions: jit break NAME|REGEX
+
+A function named exactly NAME, else every function whose whole name matches the regular
+expression (Python syntax). The breakpoint is put at the function's first instruction
+(`break *ADDR`). If nothing matches yet, the request stays pending and is resolved by the
+first registration that brings a match (or by attach / core-file), then it is an ordinary
+breakpoint. `jit break` without argument lists the pending requests."""
+
+    def __init__(self):
+        super().__init__("jit break", gdb.COMMAND_BREAKPOINTS)
+
+    def invoke(self, arg, from_tty):
+        pattern = arg.strip()
+        if not pattern:
+            if not _pending:
+                gdb.write("No pending jit breakpoints.\n")
+            for p, _ in _pending:
+                gdb.write("pending: %s\n" % p)
+            return
+        rx = _compile(pattern)
+        funcs = []
+        try:
+            entries, funcs, problem = scan()
+            _report_problems(entries, problem)
+        except JitError as e:
+            # Not running yet, or the runtime has not initialised the descriptor: pending.
+            gdb.write("%s; looking again at every JIT registration.\n" % e)
+        found = _matches(pattern, rx, funcs)
+        if found:
+            _place(found, "")
+            return
+        _pending.append((pattern, rx))
+        _install_hook()
+        gdb.write(
+            "jit: no JIT function matches %r yet; breakpoint pending until one is registered.\n"
+            % pattern
+        )
+
+
+def _resolve_pending(funcs):
+    if not _pending:
+        return
+    still = []
+    for pattern, rx in _pending:
+        found = _matches(pattern, rx, funcs)
+        if found:
+            _place(found, " (pending %r resolved)" % pattern)
+        else:
+            still.append((pattern, rx))
+    _pending[:] = still
+
+
+def _on_new_objfile(event):
+    """Attach and core files: GDB reads the whole entry list without any call of
+    __jit_debug_register_code, making an objfile per ELF entry (and none for entries its
+    reader took), so pending requests are checked against the whole list here too."""
+    if not _pending:
+        return
+    try:
+        _entries, funcs, _problem = scan()
+    except JitError:
+        # Shared libraries of a program that is not running or has not initialised its
+        # descriptor yet: nothing to resolve.
+        return
+    _resolve_pending(funcs)
+
+
+class _RegisterHook(gdb.Breakpoint):
+    """Internal breakpoint on __jit_debug_register_code, the function every JIT runtime
+    calls after linking or unlinking an entry (GDB's own JIT breakpoint sits there too).
+    `stop` decodes the entry being registered, places the breakpoints of pending `jit
+    break` requests it satisfies, and returns False: the inferior goes on without a visible
+    stop. Breakpoints created here are inserted when GDB resumes, before the new code can
+    run. (GDB makes no new_objfile event for objfiles built by a JIT reader, so that event
+    alone would miss compact payloads.)"""
+
+    def __init__(self):
+        super().__init__("__jit_debug_register_code", internal=True)
+        self.silent = True
+
+    def stop(self):
+        if not _pending:
+            return False
+        try:
+            _addr, version, action, relevant, _first = read_descriptor()
+            if version == 1 and action == _JIT_REGISTER and relevant:
+                entry, _next, funcs = scan_entry(relevant)
+                _report_problems([entry], None)
+                _resolve_pending(funcs)
+        except JitError as e:
+            gdb.write("warning: %s (while resolving pending jit breakpoints)\n" % e)
+        return False
+
+
+_hook = None
+
+# The process is gone: drop its decoded payloads (memory only; correctness does not depend
+# on it, as cached results are reused only for identical bytes).
+gdb.events.exited.connect(lambda _event: _cache.clear())
+
+
+def _install_hook():
+    global _hook
+    if _hook is None or not _hook.is_valid():
+        _hook = _RegisterHook()
+        gdb.events.new_objfile.connect(_on_new_objfile)
+
+
+def _parse_addr(text):
+    try:
+        v = gdb.parse_and_eval(text)
+        if v.type.strip_typedefs().code == gdb.TYPE_CODE_FUNC:
+            v = v.address
+        return int(v) & 0xFFFFFFFFFFFFFFFF
+    except (gdb.error, TypeError, ValueError) as e:
+        raise JitError("%r is not an address: %s" % (text, e))
+
+
+class _AddressIndex:
+    """Functions by address. Functions of different objects in one payload may overlap, so
+    a lookup walks back from the last start <= addr while an earlier function could still
+    reach addr (max_end: the largest end among the functions up to each index)."""
+
+    def __init__(self, funcs):
+        self.funcs = sorted(funcs, key=lambda f: (f.start, f.size))
+        self.starts = [f.start for f in self.funcs]
+        self.max_end = []
+        m = 0
+        for f in self.funcs:
+            m = max(m, f.end)
+            self.max_end.append(m)
+
+    def lookup(self, addr):
+        i = bisect.bisect_right(self.starts, addr) - 1
+        while i >= 0 and self.max_end[i] > addr:
+            if self.funcs[i].start <= addr < self.funcs[i].end:
+                return self.funcs[i]
+            i -= 1
+        return None
+
+
+class JitSymbolize(gdb.Command):
+    """Name JIT code addresses: jit symbolize ADDR...
+
+Prints `ADDR name+0xOFF file:line` per address (expressions such as $pc are allowed),
+`ADDR ??` for an address outside every registered JIT function."""
+
+    def __init__(self):
+        super().__init__("jit symbolize", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        args = gdb.string_to_argv(arg)
+        if not args:
+            raise JitError("usage: jit symbolize ADDR...")
+        addrs = [_parse_addr(a) for a in args]
+        entries, funcs, problem = scan()
+        index = _AddressIndex(funcs)
+        for a in addrs:
+            f = index.lookup(a)
+            if f is None:
+                gdb.write("0x%x ??\n" % a)
+                continue
+            line = f.line_at(a)
+            where = "%s:%d" % (f.file or "??", line) if line is not None else (f.file or "??")
+            gdb.write("0x%x %s+0x%x %s\n" % (a, f.name, a - f.start, where))
+        _report_problems(entries, problem)
+
+
+class JitExportPerfMap(gdb.Command):
+    """Write the JIT functions as a perf map: jit export-perf-map FILE
+
+One line per function, `START SIZE name` in hex without 0x, in address order (the format
+perf reads from /tmp/perf-PID.map)."""
+
+    def __init__(self):
+        super().__init__("jit export-perf-map", gdb.COMMAND_DATA)
+
+    def invoke(self, arg, from_tty):
+        args = gdb.string_to_argv(arg)
+        if len(args) != 1:
+            raise JitError("usage: jit export-perf-map FILE")
+        path = os.path.expanduser(args[0])
+        entries, funcs, problem = scan()
+        funcs = sorted(funcs, key=lambda f: f.start)
+        text = "".join("%x %x %s\n" % (f.start, f.size, f.name) for f in funcs)
+        try:
+            with open(path, "w") as out:
+                out.write(text)
+        except OSError as e:
+            raise JitError("cannot write %s: %s" % (path, e.strerror or e))
+        gdb.write("jit: wrote %d functions to %s\n" % (len(funcs), path))
+        _report_problems(entries, problem)
+
+
+JitPrefix()
+JitList()
+JitBreak()
+JitSymbolize()
+JitExportPerfMap()

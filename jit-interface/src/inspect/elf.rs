@@ -1,0 +1,365 @@
+//! ELF payloads: FUNC symbols (`object`), then the line programs and subprograms of the DWARF
+//! (`gimli`) for source files and lines. Reads our encoder's objects and other runtimes'
+//! (LLVM registers relocatable objects too): in a relocatable object a symbol's value is an
+//! offset in its section, whose `sh_addr` the runtime set to the code's real address.
+//!
+//! A damaged symbol or DWARF unit is reported in [`PayloadInfo::problems`] and the rest of
+//! the payload is still used; only a file `object` cannot parse at all is refused.
+
+use std::collections::HashMap;
+
+use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, SymbolKind, SymbolSection};
+
+use super::{FunctionInfo, InspectError, ObjectInfo, PayloadInfo, PayloadKind};
+use crate::model::Arch;
+
+type Slice<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
+
+/// At most this many problems are listed; the count of the rest is reported.
+const MAX_PROBLEMS: usize = 32;
+
+/// Collects what could not be read.
+#[derive(Default)]
+struct Problems {
+    list: Vec<String>,
+    more: usize,
+}
+
+impl Problems {
+    fn push(&mut self, p: String) {
+        if self.list.len() < MAX_PROBLEMS {
+            self.list.push(p);
+        } else {
+            self.more += 1;
+        }
+    }
+    fn finish(mut self) -> Vec<String> {
+        if self.more > 0 {
+            self.list
+                .push(format!("... and {} more problems", self.more));
+        }
+        self.list
+    }
+}
+
+pub(super) fn decode(bytes: &[u8]) -> Result<PayloadInfo, InspectError> {
+    let file = object::File::parse(bytes)
+        .map_err(|e| InspectError::Elf(format!("not a readable ELF file: {e}")))?;
+    let arch = match file.architecture() {
+        object::Architecture::X86_64 => Some(Arch::X86_64),
+        object::Architecture::Aarch64 => Some(Arch::Aarch64),
+        _ => None,
+    };
+    let mut problems = Problems::default();
+    let mut functions = symbols(&file, &mut problems);
+    dwarf(&file, &mut functions, &mut problems);
+    Ok(PayloadInfo {
+        kind: PayloadKind::Elf,
+        arch,
+        objects: vec![ObjectInfo { live: None }],
+        functions,
+        problems: problems.finish(),
+    })
+}
+
+/// The defined FUNC symbols, at their absolute addresses.
+fn symbols(file: &object::File<'_>, problems: &mut Problems) -> Vec<FunctionInfo> {
+    let relocatable = file.kind() == ObjectKind::Relocatable;
+    let mut out = Vec::new();
+    for sym in file.symbols() {
+        if sym.kind() != SymbolKind::Text || !sym.is_definition() {
+            continue;
+        }
+        let name = match sym.name_bytes() {
+            Ok(n) if !n.is_empty() => String::from_utf8_lossy(n).into_owned(),
+            Ok(_) => continue,
+            Err(e) => {
+                problems.push(format!("symbol {}: unreadable name: {e}", sym.index().0));
+                continue;
+            }
+        };
+        let base = match (relocatable, sym.section()) {
+            (true, SymbolSection::Section(index)) => match file.section_by_index(index) {
+                Ok(s) => s.address(),
+                Err(e) => {
+                    problems.push(format!("symbol `{name}`: its section: {e}"));
+                    continue;
+                }
+            },
+            _ => 0,
+        };
+        let Some(start) = base.checked_add(sym.address()) else {
+            problems.push(format!(
+                "symbol `{name}`: section address {base:#x} + value {:#x} overflows",
+                sym.address()
+            ));
+            continue;
+        };
+        if start.checked_add(sym.size()).is_none() {
+            problems.push(format!(
+                "symbol `{name}` at {start:#x}: size {:#x} runs past the end of the address space",
+                sym.size()
+            ));
+            continue;
+        }
+        out.push(FunctionInfo {
+            name,
+            start,
+            size: sym.size(),
+            file: None,
+            lines: Vec::new(),
+            object: 0,
+        });
+    }
+    out
+}
+
+/// A line row before it is given to its function.
+struct Row {
+    address: u64,
+    line: u32,
+    file: usize,
+}
+
+/// Adds source files and lines from the DWARF to `functions`, and functions that only the
+/// DWARF names (subprograms without a symbol).
+fn dwarf(file: &object::File<'_>, functions: &mut Vec<FunctionInfo>, problems: &mut Problems) {
+    if file.section_by_name(".debug_info").is_none()
+        && file.section_by_name(".debug_line").is_none()
+    {
+        return;
+    }
+    let endian = if file.is_little_endian() {
+        gimli::RunTimeEndian::Little
+    } else {
+        gimli::RunTimeEndian::Big
+    };
+    let load = |id: gimli::SectionId| -> Result<Slice<'_>, String> {
+        let data = match file.section_by_name(id.name()) {
+            Some(s) => s
+                .data()
+                .map_err(|e| format!("section {}: {e}", id.name()))?,
+            None => &[],
+        };
+        Ok(gimli::EndianSlice::new(data, endian))
+    };
+    let dwarf = match gimli::Dwarf::load(load) {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(format!("DWARF: {e}"));
+            return;
+        }
+    };
+
+    let mut files: Vec<String> = Vec::new();
+    let mut file_ids: HashMap<String, usize> = HashMap::new();
+    let mut intern = |s: String| -> usize {
+        *file_ids.entry(s.clone()).or_insert_with(|| {
+            files.push(s);
+            files.len() - 1
+        })
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    // (start, size, name, compile-unit file) of every subprogram with an address range.
+    let mut subprograms: Vec<(u64, u64, String, Option<usize>)> = Vec::new();
+
+    let mut units = dwarf.units();
+    loop {
+        let header = match units.next() {
+            Ok(Some(h)) => h,
+            Ok(None) => break,
+            Err(e) => {
+                // The unit headers chain by length: after a bad one the rest is unreachable.
+                problems.push(format!("DWARF .debug_info: {e}"));
+                break;
+            }
+        };
+        let at = header.offset().0;
+        let unit = match dwarf.unit(header) {
+            Ok(u) => u,
+            Err(e) => {
+                problems.push(format!("DWARF unit at .debug_info offset {at:#x}: {e}"));
+                continue;
+            }
+        };
+        let unit_file = unit
+            .name
+            .map(|n| n.to_string_lossy().into_owned())
+            .filter(|_| unit.line_program.is_some())
+            .map(&mut intern);
+        if let Some(program) = unit.line_program.clone() {
+            if let Err(e) = line_rows(&dwarf, &unit, program, &mut rows, &mut intern) {
+                problems.push(format!(
+                    "DWARF line program of the unit at .debug_info offset {at:#x}: {e}"
+                ));
+            }
+        }
+        if let Err(e) = unit_subprograms(&dwarf, &unit, unit_file, &mut subprograms) {
+            problems.push(format!(
+                "DWARF entries of the unit at .debug_info offset {at:#x}: {e}"
+            ));
+        }
+    }
+
+    // Functions in address order (by index) to find a row's or subprogram's function.
+    let mut order: Vec<usize> = (0..functions.len()).collect();
+    order.sort_by_key(|&i| functions[i].start);
+    let starts: Vec<u64> = order.iter().map(|&i| functions[i].start).collect();
+    let find = |functions: &[FunctionInfo], addr: u64| -> Option<usize> {
+        let k = starts.partition_point(|&s| s <= addr).checked_sub(1)?;
+        let i = order[k];
+        functions[i].contains(addr).then_some(i)
+    };
+
+    let mut per_function: Vec<Vec<(u64, u32, usize)>> = vec![Vec::new(); functions.len()];
+    for r in &rows {
+        if let Some(i) = find(functions, r.address) {
+            per_function[i].push((r.address, r.line, r.file));
+        }
+    }
+    for (f, mut rows) in functions.iter_mut().zip(per_function) {
+        if rows.is_empty() {
+            continue;
+        }
+        // Sequences need not be in address order (stable sort keeps program order at one
+        // address); at one address the last row wins, as in a DWARF line table.
+        rows.sort_by_key(|&(a, _, _)| a);
+        let mut lines: Vec<(u64, u32)> = Vec::with_capacity(rows.len());
+        for &(a, l, _) in &rows {
+            match lines.last_mut() {
+                Some(last) if last.0 == a => last.1 = l,
+                _ => lines.push((a, l)),
+            }
+        }
+        f.lines = lines;
+        // One file per function in our model: the file of its first row.
+        f.file = Some(files[rows[0].2].clone());
+    }
+
+    for (start, size, name, unit_file) in subprograms {
+        match find(functions, start) {
+            Some(i) if functions[i].start == start => {
+                if functions[i].file.is_none() {
+                    functions[i].file = unit_file.map(|k| files[k].clone());
+                }
+            }
+            Some(_) => {}
+            None => functions.push(FunctionInfo {
+                name,
+                start,
+                size,
+                file: unit_file.map(|k| files[k].clone()),
+                lines: Vec::new(),
+                object: 0,
+            }),
+        }
+    }
+}
+
+/// Appends the rows of one line program.
+fn line_rows(
+    dwarf: &gimli::Dwarf<Slice<'_>>,
+    unit: &gimli::Unit<Slice<'_>>,
+    program: gimli::IncompleteLineProgram<Slice<'_>>,
+    rows: &mut Vec<Row>,
+    intern: &mut impl FnMut(String) -> usize,
+) -> gimli::Result<()> {
+    let mut file_cache: HashMap<u64, usize> = HashMap::new();
+    let mut program = program.rows();
+    while let Some((header, row)) = program.next_row()? {
+        if row.end_sequence() {
+            continue;
+        }
+        let Some(line) = row.line() else { continue };
+        let line = u32::try_from(line.get()).unwrap_or(u32::MAX);
+        let index = row.file_index();
+        let file = match file_cache.get(&index) {
+            Some(&f) => f,
+            None => {
+                let name = match header.file(index) {
+                    Some(entry) => file_name(dwarf, unit, header, entry)?,
+                    None => format!("<file {index}>"),
+                };
+                let f = intern(name);
+                file_cache.insert(index, f);
+                f
+            }
+        };
+        rows.push(Row {
+            address: row.address(),
+            line,
+            file,
+        });
+    }
+    Ok(())
+}
+
+/// A line-program file's name, joined to its directory unless that is the compilation
+/// directory (index 0), which debuggers show the name without.
+fn file_name(
+    dwarf: &gimli::Dwarf<Slice<'_>>,
+    unit: &gimli::Unit<Slice<'_>>,
+    header: &gimli::LineProgramHeader<Slice<'_>>,
+    entry: &gimli::FileEntry<Slice<'_>>,
+) -> gimli::Result<String> {
+    let name = dwarf
+        .attr_string(unit, entry.path_name())?
+        .to_string_lossy()
+        .into_owned();
+    if name.starts_with('/') || entry.directory_index() == 0 {
+        return Ok(name);
+    }
+    match entry.directory(header) {
+        Some(dir) => {
+            let dir = dwarf.attr_string(unit, dir)?.to_string_lossy().into_owned();
+            if dir.is_empty() {
+                Ok(name)
+            } else {
+                Ok(format!("{}/{name}", dir.trim_end_matches('/')))
+            }
+        }
+        None => Ok(name),
+    }
+}
+
+/// Collects the subprograms of one unit that have a name and an address range.
+fn unit_subprograms(
+    dwarf: &gimli::Dwarf<Slice<'_>>,
+    unit: &gimli::Unit<Slice<'_>>,
+    unit_file: Option<usize>,
+    out: &mut Vec<(u64, u64, String, Option<usize>)>,
+) -> gimli::Result<()> {
+    let mut entries = unit.entries();
+    while let Some(e) = entries.next_dfs()? {
+        if e.tag() != gimli::DW_TAG_subprogram {
+            continue;
+        }
+        let Some(name) = e
+            .attr_value(gimli::DW_AT_name)
+            .or_else(|| e.attr_value(gimli::DW_AT_linkage_name))
+        else {
+            continue;
+        };
+        let name = dwarf
+            .attr_string(unit, name)?
+            .to_string_lossy()
+            .into_owned();
+        let Some(low) = e.attr_value(gimli::DW_AT_low_pc) else {
+            continue;
+        };
+        let Some(low) = dwarf.attr_address(unit, low)? else {
+            continue;
+        };
+        let high = match e.attr_value(gimli::DW_AT_high_pc) {
+            Some(gimli::AttributeValue::Udata(n)) => low.checked_add(n),
+            Some(v) => dwarf.attr_address(unit, v)?,
+            None => None,
+        };
+        if let Some(high) = high.filter(|&h| h > low) {
+            if !name.is_empty() {
+                out.push((low, high - low, name, unit_file));
+            }
+        }
+    }
+    Ok(())
+}

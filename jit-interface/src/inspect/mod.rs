@@ -1,0 +1,188 @@
+//! Decoding any payload a process registered with GDB (compact records or a minimal ELF with
+//! DWARF, ours or another runtime's) into what a symbolizer needs: function names, address
+//! ranges, source files and line rows. Used where no GDB runs (the core inspector) and by the
+//! GDB reader plugin to serve the GDB scripts (as JSON, [`payload_json`]).
+//!
+//! The bytes come from another process's memory or from a core file of another machine:
+//! decoding is bounded by the payload size, never panics, and names the problem when it
+//! refuses a payload. Compact payloads go through the one compact codec
+//! ([`crate::format::decode_all`]); ELF payloads through `object` (symbols) and `gimli` (line
+//! programs, compile units, subprograms).
+
+mod elf;
+mod json;
+mod symbolize;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use crate::format::{self, DecodeError, LiveCheck};
+use crate::model::Arch;
+
+pub use json::{json_string, payload_info_json, payload_json};
+pub use symbolize::{Symbol, Symbolizer};
+
+/// Which of the two payload kinds a payload is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PayloadKind {
+    /// Compact records (`docs/FORMAT.md`, magic `JGCR`).
+    Compact,
+    /// An ELF object with symbols and (optionally) DWARF.
+    Elf,
+}
+
+impl PayloadKind {
+    /// Lower-case name, as used in messages and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadKind::Compact => "compact",
+            PayloadKind::Elf => "elf",
+        }
+    }
+}
+
+/// One function found in a payload.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FunctionInfo {
+    pub name: String,
+    /// Address of the first instruction.
+    pub start: u64,
+    /// Size of the code in bytes (0 for an ELF symbol without a size).
+    pub size: u64,
+    /// Source file of the line rows, if known.
+    pub file: Option<String>,
+    /// (absolute address, line) rows sorted by address; each holds up to the next row or the
+    /// function end.
+    pub lines: Vec<(u64, u32)>,
+    /// Index of the object record the function belongs to (compact bundles hold several
+    /// objects; always 0 for ELF).
+    pub object: usize,
+}
+
+impl FunctionInfo {
+    /// One past the last byte (saturating: decoders refuse functions that wrap).
+    pub fn end(&self) -> u64 {
+        self.start.saturating_add(self.size)
+    }
+
+    /// Does the function contain `addr`?
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start && addr < self.end()
+    }
+
+    /// Source line of the code at `addr` (`None` outside the rows or the function).
+    pub fn line_at(&self, addr: u64) -> Option<u32> {
+        if !self.contains(addr) {
+            return None;
+        }
+        let i = self.lines.partition_point(|&(a, _)| a <= addr);
+        i.checked_sub(1).map(|i| self.lines[i].1)
+    }
+}
+
+/// One object record of a payload (compact bundles hold several; an ELF payload is one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectInfo {
+    /// The compact live check, if the object has one.
+    pub live: Option<LiveCheck>,
+}
+
+/// What a payload describes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PayloadInfo {
+    pub kind: PayloadKind,
+    /// Architecture of the code, if known (`None`: an ELF machine we do not describe).
+    pub arch: Option<Arch>,
+    pub objects: Vec<ObjectInfo>,
+    /// Functions in payload order (compact: the order of the records; ELF: symbol order,
+    /// then subprograms that have no symbol).
+    pub functions: Vec<FunctionInfo>,
+    /// Parts of an ELF payload that could not be read (a damaged symbol or DWARF unit); the
+    /// rest is still reported. Always empty for compact payloads, which are all or nothing.
+    pub problems: Vec<String>,
+}
+
+/// Why a payload could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum InspectError {
+    /// Neither compact records nor ELF.
+    UnknownKind { len: usize, head: Vec<u8> },
+    /// A compact payload the codec refused (its message names the byte offset).
+    Compact(String),
+    /// An ELF payload that `object` or `gimli` refused, or whose contents make no sense.
+    Elf(String),
+}
+
+impl fmt::Display for InspectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InspectError::UnknownKind { len, head } => {
+                write!(f, "unknown payload kind ({len} bytes, starting with [")?;
+                for (i, b) in head.iter().enumerate() {
+                    write!(f, "{}{b:02x}", if i > 0 { " " } else { "" })?;
+                }
+                write!(
+                    f,
+                    "]): neither compact records (magic \"JGCR\") nor ELF (magic 7f 45 4c 46)"
+                )
+            }
+            InspectError::Compact(why) => write!(f, "compact payload: {why}"),
+            InspectError::Elf(why) => write!(f, "ELF payload: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for InspectError {}
+
+/// The first bytes of an ELF file.
+const ELF_MAGIC: [u8; 4] = [0x7f, b'E', b'L', b'F'];
+
+/// Decodes a payload of either kind. Never panics; time and memory are bounded by the payload
+/// size.
+pub fn decode_payload(bytes: &[u8]) -> Result<PayloadInfo, InspectError> {
+    if bytes.starts_with(&ELF_MAGIC) {
+        return elf::decode(bytes);
+    }
+    match format::decode_all(bytes) {
+        Ok(decoded) => Ok(from_compact(decoded)),
+        Err(DecodeError::Invalid(why)) => Err(InspectError::Compact(why)),
+        Err(DecodeError::NotOurs) => Err(InspectError::UnknownKind {
+            len: bytes.len(),
+            head: bytes[..bytes.len().min(8)].to_vec(),
+        }),
+    }
+}
+
+fn from_compact(decoded: Vec<format::Decoded>) -> PayloadInfo {
+    let arch = decoded.first().map(|d| d.object.arch());
+    let mut objects = Vec::with_capacity(decoded.len());
+    let mut functions = Vec::new();
+    for (i, d) in decoded.into_iter().enumerate() {
+        objects.push(ObjectInfo { live: d.live });
+        for f in d.object.functions() {
+            functions.push(FunctionInfo {
+                name: f.name().to_string(),
+                start: f.start(),
+                size: u64::from(f.size()),
+                file: f.file().map(str::to_string),
+                // The codec checked that offsets lie inside the function, which ends below
+                // 2^64, so the sums cannot overflow.
+                lines: f
+                    .lines()
+                    .iter()
+                    .map(|r| (f.start() + u64::from(r.offset), r.line))
+                    .collect(),
+                object: i,
+            });
+        }
+    }
+    PayloadInfo {
+        kind: PayloadKind::Compact,
+        arch,
+        objects,
+        functions,
+        problems: Vec::new(),
+    }
+}

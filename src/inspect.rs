@@ -1,0 +1,829 @@
+//! `jit-gdb inspect CORE --exe PROGRAM`: the JIT functions a core file holds, without a
+//! debugger. Reads the core's memory (PT_LOAD segments) and mappings (NT_FILE, NT_AUXV),
+//! finds `__jit_debug_descriptor` in PROGRAM's symbols and relocates it by PROGRAM's load
+//! address in the core, walks the entry list in the core's memory and decodes each payload
+//! with `jit_interface::inspect` (compact records or ELF).
+//!
+//! The core may come from another machine, be truncated or hold damaged entries: every read
+//! is checked against the segment and the file, the list walk is bounded (cycle detection,
+//! caps on entries and sizes), and what can be read is reported next to what could not.
+//!
+//! Exit status: 0 everything was read; 3 a report was printed but some of it could not be
+//! read (truncated core, damaged entry or payload: the problems are listed); 1 nothing could
+//! be read (unreadable files, no descriptor); 2 usage error.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+
+use jit_interface::inspect::{decode_payload, FunctionInfo, PayloadInfo, Symbolizer};
+use object::read::elf::{FileHeader, ProgramHeader};
+use object::{elf, Object, ObjectSymbol};
+
+use crate::cli::UsageError;
+
+/// Exit status when a report was printed but parts of the core could not be read.
+pub const EXIT_PARTIAL: i32 = 3;
+
+/// Most entries walked: far more than any runtime registers, small enough to bound the time
+/// a corrupt list can take.
+const MAX_ENTRIES: usize = 1 << 22;
+/// Largest payload read from the core.
+const MAX_PAYLOAD: u64 = 256 << 20;
+/// Most payload bytes read in total.
+const MAX_TOTAL_PAYLOAD: u64 = 2 << 30;
+
+/// What `inspect` does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    List,
+    /// Addresses as given; empty: read them from stdin.
+    Symbolize(Vec<String>),
+    PerfMap(PathBuf),
+    Elf(PathBuf),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    pub core: PathBuf,
+    pub exe: PathBuf,
+    pub action: Action,
+}
+
+/// Parses the arguments after `inspect`.
+pub fn parse(args: Vec<OsString>) -> Result<Options, UsageError> {
+    let usage = |why: String| UsageError(format!("`inspect`: {why}"));
+    let (mut core, mut exe, mut action) = (None, None, None);
+    let mut it = args.into_iter().peekable();
+    let set = |action: &mut Option<Action>, a: Action| {
+        if action.is_some() {
+            return Err(usage(
+                "give one of --list, --symbolize, --perf-map, --elf".into(),
+            ));
+        }
+        *action = Some(a);
+        Ok(())
+    };
+    while let Some(a) = it.next() {
+        let value = |it: &mut std::iter::Peekable<std::vec::IntoIter<OsString>>, opt: &str| {
+            it.next()
+                .map(PathBuf::from)
+                .ok_or_else(|| usage(format!("`{opt}` needs a value")))
+        };
+        match a.to_str() {
+            Some("--exe") => exe = Some(value(&mut it, "--exe")?),
+            Some("--list") => set(&mut action, Action::List)?,
+            Some("--perf-map") => {
+                let f = value(&mut it, "--perf-map")?;
+                set(&mut action, Action::PerfMap(f))?
+            }
+            Some("--elf") => {
+                let f = value(&mut it, "--elf")?;
+                set(&mut action, Action::Elf(f))?
+            }
+            Some("--symbolize") => {
+                let mut addrs = Vec::new();
+                while let Some(next) = it.peek() {
+                    match next.to_str() {
+                        Some(s) if !s.starts_with("--") => {
+                            addrs.push(s.to_string());
+                            it.next();
+                        }
+                        _ => break,
+                    }
+                }
+                set(&mut action, Action::Symbolize(addrs))?
+            }
+            Some(s) if s.starts_with('-') => return Err(usage(format!("unknown option {s:?}"))),
+            _ if core.is_none() => core = Some(PathBuf::from(a)),
+            _ => return Err(usage(format!("unexpected argument {a:?}"))),
+        }
+    }
+    let core = core.ok_or_else(|| usage("needs a core file: inspect CORE --exe PROGRAM".into()))?;
+    let exe = exe.ok_or_else(|| {
+        usage("needs `--exe PROGRAM`, the executable that defines __jit_debug_descriptor".into())
+    })?;
+    Ok(Options {
+        core,
+        exe,
+        action: action.unwrap_or(Action::List),
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The core file
+
+/// A PT_LOAD segment: `memsz` bytes of memory at `vaddr`, the first `filesz` of them in the
+/// file at `offset`.
+#[derive(Debug, Clone, Copy)]
+struct Segment {
+    vaddr: u64,
+    memsz: u64,
+    offset: u64,
+    filesz: u64,
+}
+
+/// An NT_FILE entry: the mapping at `start` maps `path` from byte `file_offset`.
+#[derive(Debug, Clone)]
+struct Mapping {
+    start: u64,
+    file_offset: u64,
+    path: String,
+}
+
+struct Core<'a> {
+    data: &'a [u8],
+    /// Sorted by `vaddr`.
+    segments: Vec<Segment>,
+    mappings: Vec<Mapping>,
+    /// AT_ENTRY from NT_AUXV: the main program's entry point.
+    entry: Option<u64>,
+    /// What could not be read from the headers and notes.
+    problems: Vec<String>,
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    let bytes = b.get(at..at.checked_add(8)?)?;
+    Some(u64::from_le_bytes(bytes.try_into().ok()?))
+}
+
+impl<'a> Core<'a> {
+    fn parse(data: &'a [u8]) -> Result<Core<'a>, String> {
+        let header = elf::FileHeader64::<object::Endianness>::parse(data)
+            .map_err(|e| format!("not an ELF64 file: {e}"))?;
+        let endian = header.endian().map_err(|e| format!("ELF header: {e}"))?;
+        if header.e_type(endian) != elf::ET_CORE {
+            return Err(format!(
+                "not a core file (ELF type {}, a core is {})",
+                header.e_type(endian).0,
+                elf::ET_CORE.0
+            ));
+        }
+        if !header.is_little_endian() || header.e_machine(endian) != elf::EM_X86_64 {
+            return Err(format!(
+                "a core of machine {} ({} endian): only little-endian x86-64 cores are supported",
+                header.e_machine(endian).0,
+                if header.is_little_endian() {
+                    "little"
+                } else {
+                    "big"
+                }
+            ));
+        }
+        let phdrs = header.program_headers(endian, data).map_err(|e| {
+            format!(
+                "program headers: {e} (is the core file truncated? it has {} bytes)",
+                data.len()
+            )
+        })?;
+        let mut core = Core {
+            data,
+            segments: Vec::new(),
+            mappings: Vec::new(),
+            entry: None,
+            problems: Vec::new(),
+        };
+        for ph in phdrs {
+            let t = ph.p_type(endian);
+            if t == elf::PT_LOAD {
+                core.segments.push(Segment {
+                    vaddr: ph.p_vaddr(endian),
+                    memsz: ph.p_memsz(endian),
+                    offset: ph.p_offset(endian),
+                    filesz: ph.p_filesz(endian),
+                });
+            } else if t == elf::PT_NOTE {
+                core.notes(ph, endian);
+            }
+        }
+        core.segments.sort_by_key(|s| s.vaddr);
+        let needed = core
+            .segments
+            .iter()
+            .map(|s| s.offset.saturating_add(s.filesz))
+            .max()
+            .unwrap_or(0);
+        if needed > data.len() as u64 {
+            core.problems.push(format!(
+                "the core file is truncated: its segments need {needed} bytes, it has {}; memory stored beyond the end cannot be read",
+                data.len()
+            ));
+        }
+        Ok(core)
+    }
+
+    fn notes(&mut self, ph: &elf::ProgramHeader64<object::Endianness>, endian: object::Endianness) {
+        let mut notes = match ph.notes(endian, self.data) {
+            Ok(Some(n)) => n,
+            Ok(None) => return,
+            Err(e) => {
+                self.problems.push(format!(
+                    "note segment at file offset {:#x}: {e} (truncated core?); no NT_FILE/NT_AUXV from it",
+                    ph.p_offset(endian)
+                ));
+                return;
+            }
+        };
+        loop {
+            let note = match notes.next() {
+                Ok(Some(n)) => n,
+                Ok(None) => break,
+                Err(e) => {
+                    self.problems.push(format!("core notes: {e}"));
+                    break;
+                }
+            };
+            if note.name() != b"CORE" {
+                continue;
+            }
+            let t = note.n_type(endian);
+            if t == elf::NT_FILE {
+                self.nt_file(note.desc());
+            } else if t == elf::NT_AUXV {
+                let d = note.desc();
+                for i in 0..d.len() / 16 {
+                    if u64_at(d, i * 16) == Some(9) {
+                        // AT_ENTRY
+                        self.entry = u64_at(d, i * 16 + 8);
+                    }
+                }
+            }
+        }
+    }
+
+    /// NT_FILE: count, page size, `count` (start, end, page offset) triples, then `count`
+    /// NUL-terminated paths.
+    fn nt_file(&mut self, d: &[u8]) {
+        let (Some(count), Some(page)) = (u64_at(d, 0), u64_at(d, 8)) else {
+            self.problems
+                .push("NT_FILE note shorter than its header".into());
+            return;
+        };
+        let triples = 16usize;
+        let Some(names_at) = usize::try_from(count)
+            .ok()
+            .and_then(|c| c.checked_mul(24))
+            .and_then(|n| n.checked_add(triples))
+            .filter(|&n| n <= d.len())
+        else {
+            self.problems.push(format!(
+                "NT_FILE note claims {count} mappings but has {} bytes",
+                d.len()
+            ));
+            return;
+        };
+        let mut names = d[names_at..].split(|&b| b == 0);
+        for i in 0..count as usize {
+            let at = triples + i * 24;
+            let (Some(start), Some(pgoff)) = (u64_at(d, at), u64_at(d, at + 16)) else {
+                break;
+            };
+            let Some(name) = names.next() else {
+                self.problems
+                    .push(format!("NT_FILE note: mapping {i} has no path"));
+                break;
+            };
+            self.mappings.push(Mapping {
+                start,
+                file_offset: pgoff.saturating_mul(page),
+                path: String::from_utf8_lossy(name).into_owned(),
+            });
+        }
+    }
+
+    /// `len` bytes of the process's memory at `addr`.
+    fn read(&self, addr: u64, len: u64) -> Result<Vec<u8>, String> {
+        let mut out = Vec::new();
+        let (mut at, mut left) = (addr, len);
+        while left > 0 {
+            let k = self
+                .segments
+                .partition_point(|s| s.vaddr <= at)
+                .checked_sub(1)
+                .filter(|&k| at - self.segments[k].vaddr < self.segments[k].memsz)
+                .ok_or_else(|| format!("address {at:#x} is not in the core's memory"))?;
+            let s = self.segments[k];
+            let into = at - s.vaddr;
+            if into >= s.filesz {
+                return Err(format!(
+                    "address {at:#x} is in a segment the core does not include ({:#x}+{:#x}, {:#x} bytes dumped)",
+                    s.vaddr, s.memsz, s.filesz
+                ));
+            }
+            let n = left.min(s.filesz - into);
+            let file_at = s.offset.saturating_add(into);
+            let file_end = file_at.saturating_add(n);
+            if file_end > self.data.len() as u64 {
+                return Err(format!(
+                    "the core file is truncated: memory at {at:#x} is at file offset {file_at:#x}, beyond its end ({:#x} bytes)",
+                    self.data.len()
+                ));
+            }
+            out.extend_from_slice(&self.data[file_at as usize..file_end as usize]);
+            at = at.wrapping_add(n);
+            left -= n;
+        }
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The program: where the descriptor is
+
+struct Program {
+    /// Link-time address of `__jit_debug_descriptor`.
+    descriptor: u64,
+    entry: u64,
+    kind: object::ObjectKind,
+    /// Link-time address of the first byte of the file's first page (the PT_LOAD at file
+    /// offset 0).
+    base: Option<u64>,
+    /// The ELF file header, to recognise the program's first page in the core's memory.
+    header: Vec<u8>,
+}
+
+fn program(data: &[u8]) -> Result<Program, String> {
+    let file = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
+    let descriptor = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name_bytes() == Ok(b"__jit_debug_descriptor") && s.is_definition())
+        .map(|s| s.address())
+        .ok_or_else(|| {
+            "it does not define __jit_debug_descriptor (a stripped binary loses it; give the \
+             unstripped program, or the shared library that links jit-interface)"
+                .to_string()
+        })?;
+    let base = match &file {
+        object::File::Elf64(f) => {
+            let endian = f.endian();
+            f.elf_program_headers()
+                .iter()
+                .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+                .map(|p| p.p_vaddr(endian).wrapping_sub(p.p_offset(endian)))
+                .min()
+        }
+        _ => None,
+    };
+    Ok(Program {
+        descriptor,
+        entry: file.entry(),
+        kind: file.kind(),
+        base,
+        header: data[..data.len().min(64)].to_vec(),
+    })
+}
+
+/// PROGRAM's load bias in the core and how it was found.
+fn load_bias(core: &Core<'_>, prog: &Program, exe: &Path) -> Result<(u64, String), String> {
+    let canonical = std::fs::canonicalize(exe)
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    let base_name = exe.file_name().map(|n| n.to_string_lossy().into_owned());
+    let mapped = |pred: &dyn Fn(&Mapping) -> bool| {
+        core.mappings
+            .iter()
+            .filter(|m| m.file_offset == 0 && pred(m))
+            .map(|m| m.start)
+            .min()
+    };
+    let exact = mapped(&|m| Some(&m.path) == canonical.as_ref());
+    let by_name = mapped(&|m| {
+        Path::new(&m.path)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            == base_name
+    });
+    if let (Some(start), Some(base)) = (exact.or(by_name), prog.base) {
+        let how = if exact.is_some() { "path" } else { "file name" };
+        return Ok((
+            start.wrapping_sub(base),
+            format!("NT_FILE mapping of the same {how} at {start:#x}"),
+        ));
+    }
+    // Without notes (e.g. cut off a truncated core): the program's ELF header in memory.
+    if let Some(base) = prog.base.filter(|_| prog.header.len() == 64) {
+        let found = core.segments.iter().find(|s| {
+            s.filesz >= 64 && core.read(s.vaddr, 64).ok().as_deref() == Some(&prog.header[..])
+        });
+        if let Some(s) = found {
+            return Ok((
+                s.vaddr.wrapping_sub(base),
+                format!(
+                    "its ELF header found in the core's memory at {:#x}",
+                    s.vaddr
+                ),
+            ));
+        }
+    }
+    if let Some(entry) = core.entry.filter(|_| prog.entry != 0) {
+        return Ok((
+            entry.wrapping_sub(prog.entry),
+            format!("AT_ENTRY {entry:#x} - e_entry {:#x}", prog.entry),
+        ));
+    }
+    if prog.kind == object::ObjectKind::Executable {
+        return Ok((0, "position-dependent executable".into()));
+    }
+    Err(format!(
+        "cannot find where {} is loaded in the core: no NT_FILE mapping of it, no AT_ENTRY, and its ELF header is not in the core's memory",
+        exe.display()
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// The entry list
+
+struct Entry {
+    addr: u64,
+    payload_addr: u64,
+    payload_size: u64,
+    result: Result<PayloadInfo, String>,
+}
+
+struct Report {
+    descriptor: u64,
+    bias: u64,
+    bias_how: String,
+    header: String,
+    entries: Vec<Entry>,
+    /// Problems outside any one payload (core headers, the list itself).
+    problems: Vec<String>,
+}
+
+impl Report {
+    fn functions(&self) -> impl Iterator<Item = &FunctionInfo> {
+        self.entries
+            .iter()
+            .filter_map(|e| e.result.as_ref().ok())
+            .flat_map(|p| &p.functions)
+    }
+
+    /// Every problem, the payloads' included, as lines.
+    fn all_problems(&self) -> Vec<String> {
+        let mut out = self.problems.clone();
+        for (i, e) in self.entries.iter().enumerate() {
+            match &e.result {
+                Err(why) => out.push(format!("entry {i} at {:#x}: {why}", e.addr)),
+                Ok(p) => out.extend(
+                    p.problems
+                        .iter()
+                        .map(|why| format!("entry {i} at {:#x}: {why}", e.addr)),
+                ),
+            }
+        }
+        out
+    }
+}
+
+fn walk(core: &Core<'_>, descriptor: u64) -> Result<(String, Vec<Entry>, Vec<String>), String> {
+    let d = core
+        .read(descriptor, 24)
+        .map_err(|e| format!("cannot read __jit_debug_descriptor at {descriptor:#x}: {e}"))?;
+    let version = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
+    let action = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+    let relevant = u64_at(&d, 8).unwrap_or(0);
+    let first = u64_at(&d, 16).unwrap_or(0);
+    let header = format!(
+        "__jit_debug_descriptor at {descriptor:#x}: version {version}, action_flag {action}, relevant_entry {relevant:#x}, first_entry {first:#x}"
+    );
+    let mut problems = Vec::new();
+    if version != 1 {
+        problems.push(format!(
+            "the descriptor's version is {version}, not 1: is --exe the program that dumped this core? (GDB ignores such a descriptor)"
+        ));
+    }
+    let mut entries = Vec::new();
+    let mut seen = HashSet::new();
+    let mut total = 0u64;
+    let (mut at, mut prev) = (first, 0u64);
+    while at != 0 {
+        if entries.len() >= MAX_ENTRIES {
+            problems.push(format!(
+                "stopped after {MAX_ENTRIES} entries: the list is longer than any runtime makes (damaged?)"
+            ));
+            break;
+        }
+        if !seen.insert(at) {
+            problems.push(format!(
+                "the entry list loops: entry {} points back to {at:#x}; stopped there",
+                entries.len().saturating_sub(1)
+            ));
+            break;
+        }
+        let raw = match core.read(at, 32) {
+            Ok(r) => r,
+            Err(e) => {
+                problems.push(format!(
+                    "entry {} at {at:#x} cannot be read: {e}; the list ends here",
+                    entries.len()
+                ));
+                break;
+            }
+        };
+        let (next, back, addr, size) = (
+            u64_at(&raw, 0).unwrap_or(0),
+            u64_at(&raw, 8).unwrap_or(0),
+            u64_at(&raw, 16).unwrap_or(0),
+            u64_at(&raw, 24).unwrap_or(0),
+        );
+        if back != prev {
+            problems.push(format!(
+                "entry {} at {at:#x}: prev is {back:#x}, expected {prev:#x} (list damaged or caught mid-update)",
+                entries.len()
+            ));
+        }
+        let result = if size > MAX_PAYLOAD {
+            Err(format!(
+                "payload size {size} at {addr:#x} is over the {MAX_PAYLOAD}-byte limit (damaged entry?)"
+            ))
+        } else if total.saturating_add(size) > MAX_TOTAL_PAYLOAD {
+            Err(format!(
+                "payloads exceed {MAX_TOTAL_PAYLOAD} bytes in total; not read"
+            ))
+        } else {
+            total += size;
+            core.read(addr, size)
+                .map_err(|e| format!("payload of {size} bytes at {addr:#x}: {e}"))
+                .and_then(|bytes| decode_payload(&bytes).map_err(|e| e.to_string()))
+        };
+        entries.push(Entry {
+            addr: at,
+            payload_addr: addr,
+            payload_size: size,
+            result,
+        });
+        prev = at;
+        at = next;
+    }
+    Ok((header, entries, problems))
+}
+
+fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
+    let read = |what: &str, p: &Path| {
+        std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
+    };
+    let core_data = read("core file", core_path)?;
+    let exe_data = read("program", exe)?;
+    let core = Core::parse(&core_data).map_err(|e| format!("{}: {e}", core_path.display()))?;
+    let prog = program(&exe_data).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let (bias, bias_how) = load_bias(&core, &prog, exe)?;
+    let descriptor = prog.descriptor.wrapping_add(bias);
+    let (header, entries, list_problems) = walk(&core, descriptor)?;
+    let mut problems = core.problems.clone();
+    problems.extend(list_problems);
+    Ok(Report {
+        descriptor,
+        bias,
+        bias_how,
+        header,
+        entries,
+        problems,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// Output
+
+/// Parses an address in hex, with or without `0x` (as addr2line reads them).
+fn parse_addr(s: &str) -> Option<u64> {
+    let h = s
+        .strip_prefix("0x")
+        .or_else(|| s.strip_prefix("0X"))
+        .unwrap_or(s);
+    u64::from_str_radix(h, 16).ok()
+}
+
+fn symbolize_line(s: &Symbolizer, token: &str) -> String {
+    let Some(addr) = parse_addr(token) else {
+        return format!("{token} ?? (not a hex address)");
+    };
+    match s.lookup(addr) {
+        Some(hit) => {
+            let mut line = format!("{addr:#x} {}+{:#x}", hit.function.name, hit.offset);
+            if let Some(loc) = hit.location() {
+                line.push(' ');
+                line.push_str(&loc);
+            }
+            line
+        }
+        None => format!("{addr:#x} ??"),
+    }
+}
+
+fn list(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "program load bias {:#x} ({}); descriptor at {:#x}",
+        report.bias, report.bias_how, report.descriptor
+    )?;
+    writeln!(out, "{}", report.header)?;
+    let mut functions = 0;
+    for (i, e) in report.entries.iter().enumerate() {
+        write!(
+            out,
+            "entry {i} at {:#x}: payload {:#x}, {} bytes: ",
+            e.addr, e.payload_addr, e.payload_size
+        )?;
+        match &e.result {
+            Err(why) => writeln!(out, "error: {why}")?,
+            Ok(p) => {
+                writeln!(
+                    out,
+                    "{}, {} functions{}",
+                    p.kind.name(),
+                    p.functions.len(),
+                    if p.objects.len() > 1 {
+                        format!(" in {} objects", p.objects.len())
+                    } else {
+                        String::new()
+                    }
+                )?;
+                for why in &p.problems {
+                    writeln!(out, "  problem: {why}")?;
+                }
+                // Address order reads best; the payload's own order is registration order.
+                let mut sorted: Vec<&FunctionInfo> = p.functions.iter().collect();
+                sorted.sort_by_key(|f| f.start);
+                for f in sorted {
+                    functions += 1;
+                    writeln!(
+                        out,
+                        "  {:#018x} {:>6} {} {}",
+                        f.start,
+                        f.size,
+                        f.name,
+                        f.file.as_deref().unwrap_or("-")
+                    )?;
+                }
+            }
+        }
+    }
+    for p in &report.problems {
+        writeln!(out, "problem: {p}")?;
+    }
+    let errors = report.all_problems().len();
+    writeln!(
+        out,
+        "{} entries, {functions} functions, {errors} problems",
+        report.entries.len()
+    )
+}
+
+/// The functions sorted by address, without overlaps (the first of overlapping functions
+/// wins); the skipped ones are returned as messages.
+fn disjoint(report: &Report) -> (Vec<&FunctionInfo>, Vec<String>) {
+    let mut all: Vec<&FunctionInfo> = report.functions().collect();
+    all.sort_by_key(|f| f.start);
+    let mut kept: Vec<&FunctionInfo> = Vec::with_capacity(all.len());
+    let mut skipped = Vec::new();
+    for f in all {
+        if f.size == 0 {
+            skipped.push(format!(
+                "`{}` at {:#x} has no size: left out",
+                f.name, f.start
+            ));
+            continue;
+        }
+        match kept.last() {
+            Some(k) if f.start < k.end() => skipped.push(format!(
+                "`{}` at {:#x} overlaps `{}` at {:#x}: left out",
+                f.name, f.start, k.name, k.start
+            )),
+            _ => kept.push(f),
+        }
+    }
+    (kept, skipped)
+}
+
+fn perf_map(report: &Report, path: &Path) -> Result<Vec<String>, String> {
+    let (functions, skipped) = disjoint(report);
+    let mut text = String::new();
+    for f in &functions {
+        text.push_str(&format!("{:x} {:x} {}\n", f.start, f.size, f.name));
+    }
+    std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("wrote {} functions to {}", functions.len(), path.display());
+    Ok(skipped)
+}
+
+fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
+    let (functions, mut skipped) = disjoint(report);
+    let mut obj = jit_interface::JitObject::new();
+    for f in &functions {
+        let id = match obj.add_function(&f.name, f.start, f.size) {
+            Ok(id) => id,
+            Err(e) => {
+                skipped.push(format!("`{}` left out: {e}", f.name));
+                continue;
+            }
+        };
+        if let Some(file) = &f.file {
+            let rows: Vec<jit_interface::LineRow> = f
+                .lines
+                .iter()
+                .filter(|&&(a, l)| f.contains(a) && l > 0)
+                .map(|&(a, line)| jit_interface::LineRow {
+                    offset: (a - f.start) as u32,
+                    line,
+                })
+                .collect();
+            if let Err(e) = obj.set_lines(id, file, &rows) {
+                skipped.push(format!("`{}`: line rows left out: {e}", f.name));
+            }
+        }
+    }
+    if obj.functions().is_empty() {
+        return Err("no function to write".into());
+    }
+    let bytes = jit_interface::elf::encode(&obj).map_err(|e| format!("ELF encoder: {e}"))?;
+    std::fs::write(path, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!(
+        "wrote {} functions to {}",
+        obj.functions().len(),
+        path.display()
+    );
+    Ok(skipped)
+}
+
+/// Runs `inspect`; returns the exit status.
+pub fn run(o: &Options) -> Result<i32, String> {
+    let report = inspect(&o.core, &o.exe)?;
+    let mut problems = report.all_problems();
+    let stdout = std::io::stdout();
+    let io = |e: std::io::Error| format!("writing the report: {e}");
+    match &o.action {
+        Action::List => list(&report, &mut stdout.lock()).map_err(io)?,
+        Action::Symbolize(addrs) => {
+            let s = Symbolizer::new(report.functions().cloned().collect());
+            let mut out = std::io::BufWriter::new(stdout.lock());
+            if addrs.is_empty() {
+                for line in std::io::stdin().lock().lines() {
+                    let line = line.map_err(|e| format!("reading addresses from stdin: {e}"))?;
+                    for t in line.split_whitespace() {
+                        writeln!(out, "{}", symbolize_line(&s, t)).map_err(io)?;
+                    }
+                }
+            } else {
+                for t in addrs {
+                    writeln!(out, "{}", symbolize_line(&s, t)).map_err(io)?;
+                }
+            }
+            out.flush().map_err(io)?;
+        }
+        Action::PerfMap(path) => problems.extend(perf_map(&report, path)?),
+        Action::Elf(path) => problems.extend(elf_file(&report, path)?),
+    }
+    if problems.is_empty() {
+        return Ok(0);
+    }
+    if o.action != Action::List {
+        for p in &problems {
+            eprintln!("jit-gdb inspect: {p}");
+        }
+    }
+    eprintln!(
+        "jit-gdb inspect: {} problem(s) reading {}: the report is partial (exit status {EXIT_PARTIAL})",
+        problems.len(),
+        o.core.display()
+    );
+    Ok(EXIT_PARTIAL)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Options, UsageError> {
+        parse(args.iter().map(OsString::from).collect())
+    }
+
+    #[test]
+    fn options() {
+        let o = p(&["core.1", "--exe", "prog"]).unwrap();
+        assert_eq!(o.action, Action::List);
+        let o = p(&["--symbolize", "0x10", "20", "--exe", "prog", "core"]).unwrap();
+        assert_eq!(
+            o.action,
+            Action::Symbolize(vec!["0x10".into(), "20".into()])
+        );
+        assert_eq!(o.core, PathBuf::from("core"));
+        let o = p(&["core", "--exe", "prog", "--symbolize"]).unwrap();
+        assert_eq!(o.action, Action::Symbolize(vec![]));
+        assert!(p(&["core"]).unwrap_err().0.contains("--exe"));
+        assert!(p(&["--exe", "x"]).unwrap_err().0.contains("core file"));
+        assert!(p(&["c", "--exe", "x", "--list", "--elf", "f"])
+            .unwrap_err()
+            .0
+            .contains("one of"));
+        assert!(p(&["c", "--exe"]).unwrap_err().0.contains("needs a value"));
+    }
+
+    #[test]
+    fn addresses_are_hex() {
+        assert_eq!(parse_addr("0x1f"), Some(0x1f));
+        assert_eq!(parse_addr("1f"), Some(0x1f));
+        assert_eq!(parse_addr("zz"), None);
+    }
+}

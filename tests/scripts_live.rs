@@ -1,0 +1,222 @@
+//! `gdb-scripts/jit.py` in real GDB on a live JIT process, for both payload kinds: `jit
+//! list` (all, regex), `jit break` (pending before the code exists, by name and by regex;
+//! immediate once registered), `jit symbolize` at every instruction, `jit export-perf-map`.
+//! Every expected value comes from the host's own layout (`jit-fn` lines).
+
+mod common;
+#[path = "reader_support/mod.rs"]
+mod reader_support;
+#[path = "scripts_support/mod.rs"]
+mod scripts_support;
+
+use common::{require_tool, TempDir, JIT_FUNCTIONS};
+use scripts_support::*;
+
+/// The first `0x... name+0x0 file:line` answer of a section must be `name`'s first byte.
+#[track_caller]
+fn check_stop(t: &common::Transcript, section: &str, layout: &common::Layout, name: &str) {
+    let f = layout.get(name);
+    let want = format!(
+        "{:#x} {name}+0x0 {}:{}",
+        f.start,
+        f.file,
+        f.line_at(f.start).unwrap()
+    );
+    let got = t.section(section).lines().find(|l| l.starts_with("0x"));
+    if got != Some(want.as_str()) {
+        t.fail(&format!(
+            "section {section}: stopped at {got:?}, expected the jit break at {want}"
+        ));
+    }
+}
+
+fn live(format: &str) {
+    if !require_tool("gdb", &format!("scripts_live_{format}")) {
+        return;
+    }
+    let h = host(format);
+    let dir = TempDir::new(&format!("scripts-live-{format}"));
+    let layout = h.layout(dir.path());
+    let map = dir.join("perf.map");
+    let (sym_cmd, sym_want) = symbolize_cmd(&layout);
+    let t = h
+        .gdb(dir.path(), "run")
+        // Before `run`: nothing is registered, both requests stay pending.
+        .section(
+            "pending",
+            [
+                "jit break jit_second",
+                "jit break jit_(middle|frameless)",
+                "jit break",
+            ],
+        )
+        .cmd("break run_jit")
+        .cmd("break jit_test_break_here")
+        .cmd("run")
+        // Registered by now: this one is placed at once.
+        .section("now", ["jit break jit_entry"])
+        .section("stop1", ["continue", "jit symbolize $pc"])
+        .section("stop2", ["continue", "jit symbolize $pc"])
+        .section("stop3", ["continue", "jit symbolize $pc"])
+        .section("stop4", ["continue", "jit symbolize $pc"])
+        .section("native", ["continue", "bt 1"])
+        .section("list", ["jit list"])
+        .section("regex", ["jit list ^jit_(entry|second)$"])
+        .section("symbolize", [sym_cmd])
+        .section("perf", [format!("jit export-perf-map {}", map.display())])
+        .section("pending_after", ["jit break"])
+        .run();
+
+    let pending = t.section("pending");
+    for p in ["'jit_second'", "'jit_(middle|frameless)'"] {
+        if !pending.contains(&format!("no JIT function matches {p} yet")) {
+            t.fail(&format!("`jit break` did not report {p} as pending"));
+        }
+    }
+    t.assert_contains(Some("now"), "on jit_entry at");
+    // Execution order: jit_entry -> jit_middle -> jit_frameless -> (native) -> jit_second.
+    check_stop(&t, "stop1", &layout, "jit_entry");
+    check_stop(&t, "stop2", &layout, "jit_middle");
+    check_stop(&t, "stop3", &layout, "jit_frameless");
+    check_stop(&t, "stop4", &layout, "jit_second");
+    t.assert_contains(Some("native"), "jit_test_break_here");
+    check_rows(&t, "list", &layout, &JIT_FUNCTIONS, format);
+    t.assert_contains(Some("list"), "4 JIT functions (4 registered in 1 entries).");
+    check_rows(&t, "regex", &layout, &["jit_entry", "jit_second"], format);
+    check_symbolize(&t, "symbolize", &sym_want);
+    t.assert_contains(
+        Some("perf"),
+        &format!("wrote 4 functions to {}", map.display()),
+    );
+    let got = std::fs::read_to_string(&map).unwrap_or_else(|e| t.fail(&format!("perf map: {e}")));
+    if got != expected_perf_map(&layout) {
+        t.fail(&format!(
+            "perf map:\n{got}\nexpected:\n{}",
+            expected_perf_map(&layout)
+        ));
+    }
+    t.assert_contains(Some("pending_after"), "No pending jit breakpoints.");
+    t.assert_not_contains(None, "Python Exception");
+    t.assert_not_contains(None, "warning: jit entry");
+}
+
+#[test]
+fn live_compact() {
+    live("compact");
+}
+
+#[test]
+fn live_elf() {
+    live("elf");
+}
+
+/// One entry per function: the list walk crosses entries, and a pending regex resolves
+/// against the entry being registered at each hook call.
+#[test]
+fn per_function_entries() {
+    if !require_tool("gdb", "per_function_entries") {
+        return;
+    }
+    let h = host("compact");
+    let h = common::scenario::Host {
+        args: [
+            h.args.clone(),
+            vec!["--objects".into(), "per-function".into()],
+        ]
+        .concat(),
+        ..h
+    };
+    let dir = TempDir::new("scripts-per-function");
+    let layout = h.layout(dir.path());
+    let t = h
+        .gdb(dir.path(), "run")
+        .section("pending", ["jit break jit_frameless"])
+        .cmd("run")
+        .section("stop", ["jit symbolize $pc"])
+        .section("list", ["jit list"])
+        .run();
+    check_stop(&t, "stop", &layout, "jit_frameless");
+    check_rows(&t, "list", &layout, &JIT_FUNCTIONS, "compact");
+    t.assert_contains(Some("list"), "4 JIT functions (4 registered in 4 entries).");
+    let rows = list_rows(&t, "list");
+    let mut entries: Vec<u64> = rows.iter().map(|r| r.entry).collect();
+    entries.sort_unstable();
+    entries.dedup();
+    if entries.len() != 4 {
+        t.fail("four entries expected, one per function");
+    }
+}
+
+/// Both payload kinds in one process (`reader_testhost mixed`: an ELF function calls a
+/// compact one): one list with both kinds, a pending break on each resolves.
+#[test]
+fn mixed_kinds() {
+    if !require_tool("gdb", "mixed_kinds") {
+        return;
+    }
+    let dir = TempDir::new("scripts-mixed");
+    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_reader_testhost"));
+    let src = dir.path().display().to_string();
+    let t = common::Gdb::program(&program, &["--source-dir", &src, "mixed"], dir.path())
+        .cmd(reader_support::load_cmd())
+        .cmd(source_cmd())
+        .section(
+            "pending",
+            ["jit break jit_compact_inner", "jit break jit_elf_outer"],
+        )
+        .cmd("run")
+        .section("stop1", ["jit symbolize $pc"])
+        .section("stop2", ["continue", "jit symbolize $pc"])
+        .section("list", ["jit list"])
+        .cmd("kill")
+        .run();
+    // This host has no layout mode: it prints its `jit-fn` lines when it starts.
+    let layout = common::Layout::parse(&t.text);
+    check_stop(&t, "stop1", &layout, "jit_elf_outer");
+    check_stop(&t, "stop2", &layout, "jit_compact_inner");
+    let rows = list_rows(&t, "list");
+    let kinds: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.name.as_str(), r.kind.as_str()))
+        .collect();
+    if kinds != [("jit_compact_inner", "compact"), ("jit_elf_outer", "elf")] {
+        t.fail(&format!("`jit list` of the mixed process: {kinds:?}"));
+    }
+    for r in &rows {
+        let f = layout.get(&r.name);
+        if (r.start, r.end, r.file.as_str()) != (f.start, f.start + f.size, f.file.as_str()) {
+            t.fail(&format!("{}: listed {r:?}, the host made {f:?}", r.name));
+        }
+    }
+}
+
+/// After the runtime unregisters its entry, the commands no longer know the functions
+/// (they walk the live list; nothing stale from an earlier command is reused).
+#[test]
+fn unregistered() {
+    if !require_tool("gdb", "unregistered") {
+        return;
+    }
+    let h = host("compact");
+    let dir = TempDir::new("scripts-unregister");
+    let layout = h.layout(dir.path());
+    let start = layout.get("jit_entry").start;
+    let t = h
+        .gdb(dir.path(), "unregister")
+        .cmd("break jit_test_break_here")
+        .cmd("run")
+        .section("before", ["jit list"])
+        .section("before_sym", [format!("jit symbolize {start:#x}")])
+        .cmd("continue")
+        .section("after", ["jit list"])
+        .section("after_sym", [format!("jit symbolize {start:#x}")])
+        .cmd("kill")
+        .run();
+    check_rows(&t, "before", &layout, &JIT_FUNCTIONS, "compact");
+    t.assert_contains(Some("before_sym"), &format!("{start:#x} jit_entry+0x0 "));
+    t.assert_contains(
+        Some("after"),
+        "0 JIT functions (0 registered in 0 entries).",
+    );
+    t.assert_contains(Some("after_sym"), &format!("{start:#x} ??"));
+}
