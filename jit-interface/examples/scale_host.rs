@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! scale_host reg N K compact|elf        register N functions, K per object; print timing
+//! scale_host encode N K compact|elf     build and encode the same objects, register nothing
 //! scale_host attach N K compact|elf     the same, then print the pid and sleep
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
 //!                                       print every slot's address and the function
@@ -76,11 +77,39 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
         i += k;
     }
     let dt = t0.elapsed().as_secs_f64();
+    let bytes: usize = regs.iter().map(|r| r.payload().len()).sum();
     eprintln!(
-        "TOTAL reg {dt:.6} s ({:.1} ns/function)",
-        dt * 1e9 / n as f64
+        "TOTAL reg {dt:.6} s ({:.1} ns/function, {:.1} payload bytes/function)",
+        dt * 1e9 / n as f64,
+        bytes as f64 / n as f64
     );
     regs
+}
+
+/// The part of `reg` that is not registration: building the models and encoding them once.
+fn encode_all(n: u64, k: u64, format: Format) {
+    let base = code_area(n);
+    let t0 = Instant::now();
+    let mut bytes = 0;
+    let mut i = 0;
+    while i < n {
+        let mut obj = JitObject::new();
+        for j in i..(i + k).min(n) {
+            add(&mut obj, &format!("jit_fn_{j:013}"), base + j * FN_SIZE);
+        }
+        let payload = match format {
+            Format::Compact => jit_interface::format::encode(&obj, None),
+            Format::Elf => jit_interface::elf::encode(&obj),
+        };
+        bytes += std::hint::black_box(payload.expect("encode")).len();
+        i += k;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "TOTAL encode {dt:.6} s ({:.1} ns/function, {:.1} payload bytes/function)",
+        dt * 1e9 / n as f64,
+        bytes as f64 / n as f64
+    );
 }
 
 fn churn(threads: u64, ops: u64, format: Format) {
@@ -156,6 +185,7 @@ fn main() {
             // Exit with everything registered, like the floor: `reg` measures registration.
             std::process::exit(0);
         }
+        Some("encode") => encode_all(num(2), num(3), format_arg(&args[4])),
         Some("attach") => {
             let regs = register_all(num(2), num(3), format_arg(&args[4]));
             println!("PID {}", std::process::id());
