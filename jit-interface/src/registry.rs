@@ -62,11 +62,25 @@ struct EntryCell {
 
 impl EntryCell {
     fn new(payload: Arc<[u8]>) -> Box<EntryCell> {
-        let entry = UnsafeCell::new(JitCodeEntry::new(&payload));
+        let mut cell = EntryCell::empty();
+        cell.set(payload);
+        cell
+    }
+
+    /// A cell without payload yet: allocated before the payload is encoded, the entry lies
+    /// before its payload in memory, so a core file cut inside the payload still shows the
+    /// entry (and the cut) to post-mortem tools.
+    fn empty() -> Box<EntryCell> {
         Box::new(EntryCell {
-            entry,
-            _payload: payload,
+            entry: UnsafeCell::new(JitCodeEntry::new(&[])),
+            _payload: Arc::new([]),
         })
+    }
+
+    /// Points the (unlinked) entry at `payload`.
+    fn set(&mut self, payload: Arc<[u8]>) {
+        *self.entry.get_mut() = JitCodeEntry::new(&payload);
+        self._payload = payload;
     }
 }
 
@@ -152,12 +166,14 @@ fn live_check(live: &AtomicU64) -> LiveCheck {
 /// them).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     object.validate()?;
+    let mut cell = EntryCell::empty();
     let live = Box::new(AtomicU64::new(fresh_live_key()));
     let payload: Arc<[u8]> = match format {
         Format::Compact => crate::format::encode(object, Some(live_check(&live)))?,
         Format::Elf => crate::elf::encode(object)?,
     }
     .into();
+    cell.set(payload.clone());
     let functions = object.functions().len();
     let model = Arc::new(object.clone());
     let id = {
@@ -166,7 +182,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         let batch_id = st.fresh_id();
         let level = if functions >= BIG_OBJECT { SEALED } else { 0 };
         let batch = Batch {
-            cell: EntryCell::new(payload.clone()),
+            cell,
             members: vec![id],
             level,
             format,
