@@ -1,4 +1,12 @@
 //! Registration: encode an object, link it into GDB's list, unlink it when the handle drops.
+//!
+//! GDB's cost per stop (each hook call) grows with the number of entries it holds, and
+//! attach walks all of them, so small registrations are consolidated into few batch entries:
+//! each registration first gets an entry of its own (visible at once, one stop), every
+//! `FAN_IN` of those are merged into one batch entry, every `FAN_IN` batches into a sealed
+//! one. An unregistration re-encodes only its own batch. The models are kept for that: a
+//! batch payload is always encoded afresh from them (compact: a bundle, each object with its
+//! own live slot; ELF: one object holding all their functions).
 
 use std::cell::UnsafeCell;
 use std::collections::hash_map::RandomState;
