@@ -3,6 +3,7 @@
 
 mod cli;
 mod demo;
+mod exec_mem;
 mod inspect;
 mod launch;
 

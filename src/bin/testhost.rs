@@ -3,7 +3,9 @@
 //! runs it, calling back into native code, so that a debugger sees a stack that mixes native
 //! and JIT frames (see `src/testhost/scenario.rs` for the call chain). Not meant for users.
 
-#[path = "../testhost/exec_mem.rs"]
+// Shared with the demo JIT, which uses the one-call constructor this host does not.
+#[allow(dead_code)]
+#[path = "../exec_mem.rs"]
 mod exec_mem;
 #[path = "../testhost/scenario.rs"]
 mod scenario;

@@ -8,6 +8,7 @@ use jit_interface::VariableKind;
 use jit_interface::{BaseType, Format, JitObject, LineRow, Location, Registration, Variable};
 
 use super::codegen::Compiled;
+use crate::exec_mem::CodeBuffer;
 
 /// Set by `run-script --crash`: `probe` then returns a null pointer, and the script's
 /// `load(probe(n))` faults inside JIT code.
@@ -82,66 +83,12 @@ impl Native {
     }
 }
 
-/// Page-aligned memory holding code: written while read-write, then made read+execute.
-pub struct ExecMemory {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl ExecMemory {
-    /// Maps fresh memory, copies `code` into it and makes it executable (never writable
-    /// and executable at once).
-    pub fn new(code: &[u8]) -> io::Result<ExecMemory> {
-        // SAFETY: sysconf has no memory-safety preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let len = code.len().max(1).div_ceil(page) * page;
-        // SAFETY: an anonymous private mapping at an address of the kernel's choice touches
-        // no existing memory.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let mem = ExecMemory {
-            ptr: ptr.cast(),
-            len,
-        };
-        // SAFETY: the mapping is `len >= code.len()` bytes, writable and owned by `mem`.
-        unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), mem.ptr, code.len()) };
-        // SAFETY: changes protection of our own mapping only.
-        if unsafe { libc::mprotect(ptr, len, libc::PROT_READ | libc::PROT_EXEC) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(mem)
-    }
-
-    /// Address of the first byte.
-    pub fn address(&self) -> u64 {
-        self.ptr as u64
-    }
-}
-
-impl Drop for ExecMemory {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping made in `new`, once.
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
-    }
-}
-
 /// A compiled script in executable memory, optionally registered with the debugger.
 pub struct LoadedScript {
     // Field order matters: the registration is dropped (unregistered) before the code it
     // describes is unmapped.
     registration: Option<Registration>,
-    memory: ExecMemory,
+    memory: CodeBuffer,
     compiled: Compiled,
 }
 
@@ -150,7 +97,7 @@ impl LoadedScript {
     pub fn load(compiled: Compiled) -> io::Result<LoadedScript> {
         Ok(LoadedScript {
             registration: None,
-            memory: ExecMemory::new(&compiled.code)?,
+            memory: CodeBuffer::with_code(&compiled.code)?,
             compiled,
         })
     }
@@ -162,7 +109,7 @@ impl LoadedScript {
     pub fn jit_object(&self, file: &str, with_variables: bool) -> jit_interface::Result<JitObject> {
         let mut obj = JitObject::new();
         for f in &self.compiled.functions {
-            let start = self.memory.address() + f.offset as u64;
+            let start = self.memory.addr() + f.offset as u64;
             let id = obj.add_function(&f.name, start, f.size as u64)?;
             let rows: Vec<LineRow> = f.lines.clone();
             obj.set_lines(id, file, &rows)?;
@@ -209,7 +156,7 @@ impl LoadedScript {
         }
         let mut a = [0i64; 6];
         a[..args.len()].copy_from_slice(args);
-        let addr = self.memory.address() as usize + f.offset;
+        let addr = self.memory.addr() as usize + f.offset;
         type Entry = extern "C" fn(i64, i64, i64, i64, i64, i64) -> i64;
         // SAFETY: `addr` is the entry of a function the code generator emitted with the
         // System V ABI, in executable memory owned by `self`. It reads only its own

@@ -1,5 +1,5 @@
-//! Executable memory for the JIT: mapped read-write, filled, then switched to read-execute
-//! (never writable and executable at once), like a real JIT with W^X.
+//! Executable memory for the demo JIT and the test host: mapped read-write, filled, then
+//! switched to read-execute (never writable and executable at once), like a real JIT with W^X.
 
 use std::io;
 
@@ -45,6 +45,16 @@ impl CodeBuffer {
         })
     }
 
+    /// Maps fresh memory at an address of the kernel's choice, copies `code` to its start and
+    /// makes it read-execute.
+    pub fn with_code(code: &[u8]) -> io::Result<CodeBuffer> {
+        let mut buf = CodeBuffer::map(None, code.len().max(1))?;
+        buf.write(0, code);
+        buf.seal()?;
+        Ok(buf)
+    }
+
+    /// Address of the first byte.
     pub fn addr(&self) -> u64 {
         self.ptr as u64
     }
@@ -68,5 +78,13 @@ impl CodeBuffer {
         }
         self.sealed = true;
         Ok(())
+    }
+}
+
+impl Drop for CodeBuffer {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`, once; whoever registered code in
+        // it unregistered first (registrations are dropped before the buffer).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
