@@ -372,11 +372,11 @@ fn corrupted_payload_is_reported_and_the_rest_listed() {
         return;
     };
     let mut bytes = std::fs::read(&core).unwrap();
-    // Entry 1's payload claims format version 2.
+    // Entry 1's payload claims format version 3.
     let victim = &entries[1];
     let at = file_offset(&bytes, victim.payload + 4) as usize;
-    assert_eq!(bytes[at], 1, "compact version byte");
-    bytes[at] = 2;
+    assert_eq!(bytes[at], 2, "compact version byte");
+    bytes[at] = 3;
     let damaged = dir.join("damaged.core");
     std::fs::write(&damaged, &bytes).unwrap();
     let out = inspect(&damaged, &["--list"]);
@@ -388,7 +388,7 @@ fn corrupted_payload_is_reported_and_the_rest_listed() {
     for (i, (g, e)) in got.iter().zip(&entries).enumerate() {
         if i == 1 {
             let err = g.result.as_ref().expect_err("entry 1 must fail");
-            assert!(err.contains("version 2"), "{err}");
+            assert!(err.contains("version 3"), "{err}");
         } else {
             assert_eq!(g, e, "entry {i} must be listed as before");
         }

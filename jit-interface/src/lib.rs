@@ -56,7 +56,9 @@ mod registry;
 #[cfg(feature = "runtime")]
 pub use capi::*;
 pub use error::{Error, Result};
-pub use format::{decode, decode_all, encode_bundle, DecodeError, Decoded, LiveCheck};
+pub use format::{
+    decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
+};
 pub use model::{
     Arch, BaseType, Block, CfaBase, Epilogue, Frame, Function, FunctionId, JitObject, LineRow,
     Location, UnwindRow, Variable, VariableKind,

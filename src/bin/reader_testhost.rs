@@ -354,9 +354,11 @@ fn corruptions(good: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     for cut in [good.len() - 1, good.len() / 2, 9, 12] {
         out.push(("truncated", good[..cut].to_vec()));
     }
-    // Inflated count: the string-table count (byte 8, one LEB128 byte) set to 127.
+    // Inflated count: object 0's string-table count (one LEB128 byte after the object flags
+    // at byte 8 and the 16-byte live check, if any) set to 127.
     let mut b = good.to_vec();
-    b[8] = 0x7f;
+    let at = if b[8] & 1 != 0 { 25 } else { 9 };
+    b[at] = 0x7f;
     out.push(("inflated", b));
     out
 }
