@@ -229,9 +229,9 @@ class _Decoder:
 
 
 class JitFunction:
-    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry")
+    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry", "live")
 
-    def __init__(self, name, start, size, file, lines, kind, entry):
+    def __init__(self, name, start, size, file, lines, kind, entry, live=None):
         self.name = name
         self.start = start
         self.size = size
@@ -241,6 +241,8 @@ class JitFunction:
         self.lines = lines
         self.kind = kind
         self.entry = entry
+        # (slot address, key) of the object's live check, or None.
+        self.live = live
 
     @property
     def end(self):
@@ -296,6 +298,14 @@ def _functions_of(doc, entry):
        "problems": [TEXT, ...]}"""
     out = []
     kind, address = entry.kind, entry.address
+    lives = []
+    for o in doc.get("objects") or []:
+        live = o.get("live") if isinstance(o, dict) else None
+        if isinstance(live, dict):
+            lives.append((_int(live.get("address"), "a live slot address"),
+                          _int(live.get("key"), "a live key")))
+        else:
+            lives.append(None)
     for f in doc.get("functions") or []:
         name = f.get("name")
         if not isinstance(name, str):
@@ -306,8 +316,31 @@ def _functions_of(doc, entry):
         if not isinstance(lines, list):
             raise ValueError("the line rows of %s are not a list" % name)
         file = f.get("file")
+        obj = f.get("object")
+        live = lives[obj] if isinstance(obj, int) and 0 <= obj < len(lives) else None
         out.append(JitFunction(name, start, size, file if isinstance(file, str) else None,
-                               lines, kind, address))
+                               lines, kind, address, live))
+    return out
+
+
+def _live_only(funcs):
+    """Drops the functions of unregistered objects: the runtime may unregister an object by
+    clearing its live slot and leave its record in the payload (docs/FORMAT.md, "The live
+    check"). An unreadable slot (absent from a core file) counts as live."""
+    state = {}
+    out = []
+    for f in funcs:
+        if f.live is not None:
+            if f.live not in state:
+                addr, key = f.live
+                try:
+                    slot = struct.unpack("<Q", _read(addr, 8, "a live slot"))[0]
+                    state[f.live] = slot == key
+                except JitError:
+                    state[f.live] = True
+            if not state[f.live]:
+                continue
+        out.append(f)
     return out
 
 
@@ -379,12 +412,12 @@ def scan_entry(address):
     cached = _cache.get((address, payload, size))
     if cached is not None and cached[0] == data:
         _, entry.kind, entry.error, entry.problems, funcs = cached
-        return entry, nxt, list(funcs)
+        return entry, nxt, _live_only(funcs)
     funcs = _decode(entry, data)
     if len(_cache) >= _CACHE_MAX:
         _cache.clear()
     _cache[(address, payload, size)] = (data, entry.kind, entry.error, entry.problems, funcs)
-    return entry, nxt, list(funcs)
+    return entry, nxt, _live_only(funcs)
 
 
 # Decoded payloads by (entry, payload address, size), kept with the bytes they came from: a

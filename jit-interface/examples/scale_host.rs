@@ -77,7 +77,7 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
         i += k;
     }
     let dt = t0.elapsed().as_secs_f64();
-    let bytes: usize = regs.iter().map(|r| r.payload().len()).sum();
+    let bytes: usize = regs.iter().map(|r| r.payload_len()).sum();
     eprintln!(
         "TOTAL reg {dt:.6} s ({:.1} ns/function, {:.1} payload bytes/function)",
         dt * 1e9 / n as f64,

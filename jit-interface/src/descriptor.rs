@@ -157,6 +157,56 @@ unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
     }
 }
 
+/// Sets the size of a linked entry's payload (the payload grew in place).
+///
+/// # Safety
+/// `entry` is linked, its payload starts at the same address and holds `size` valid bytes.
+pub(crate) unsafe fn set_size(entry: *mut JitCodeEntry, size: usize) {
+    let _guard = lock();
+    // SAFETY: per the contract. A volatile store after the payload bytes were written: a
+    // debugger that stops the process sees either the old size or the new one, both ending on
+    // a record boundary.
+    unsafe { ptr::write_volatile(ptr::addr_of_mut!((*entry).symfile_size), size as u64) };
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Is a debugger watching the hook right now?
+///
+/// A debugger that uses GDB's JIT interface (GDB, LLDB) keeps a software breakpoint on
+/// `__jit_debug_register_code` while the process runs: on x86-64 its first byte is then
+/// `int3` (0xcc), which the compiler never emits there. Reading our own code byte costs a
+/// load, so registrations without a debugger skip the hook's stops and the consolidation
+/// they would need. A debugger that attaches later reads the whole list anyway; callers read
+/// the byte again after changing an entry in place, so one that attached meanwhile is
+/// notified.
+///
+/// Debuggers that do not plant a software breakpoint there (hardware breakpoints, record
+/// and replay tools such as rr replaying a recording) need `JIT_GDB_ALWAYS_NOTIFY=1` in the
+/// process's environment: every change is then announced as if a debugger were attached.
+/// On architectures other than x86-64 this always answers yes.
+pub fn debugger_attached() -> bool {
+    static ALWAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ALWAYS.get_or_init(|| std::env::var_os("JIT_GDB_ALWAYS_NOTIFY").is_some_and(|v| v == "1")) {
+        return true;
+    }
+    hook_has_breakpoint()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn hook_has_breakpoint() -> bool {
+    const INT3: u8 = 0xcc;
+    let hook = __jit_debug_register_code as unsafe extern "C" fn() as *const u8;
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: the first byte of a function of this process: mapped and readable (x86-64
+    // text is readable). Volatile: a debugger changes it behind the compiler's back.
+    unsafe { ptr::read_volatile(hook) == INT3 }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn hook_has_breakpoint() -> bool {
+    true
+}
+
 /// Number of entries in the list (all runtimes'), for tests and diagnostics.
 pub fn entry_count() -> usize {
     let _guard = lock();
