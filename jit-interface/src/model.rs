@@ -5,6 +5,8 @@
 //! Every setter validates its input: a model that exists is one that can be encoded (except
 //! for format-specific limits, checked by the encoders).
 
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 
 /// Instruction-set architecture of the code described by an object.
@@ -245,7 +247,9 @@ pub struct Function {
     name: String,
     start: u64,
     size: u32,
-    file: Option<String>,
+    /// Shared with the other functions of the object that use the same file (most objects
+    /// use one), so that setting lines allocates no copy of the name per function.
+    file: Option<Arc<str>>,
     lines: Vec<LineRow>,
     frame: Frame,
     blocks: Vec<Block>,
@@ -305,6 +309,41 @@ fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
             "{what} `{}` contains a NUL byte",
             s.replace('\0', "\\0")
         ));
+    }
+    Ok(())
+}
+
+/// Validates line rows for a function of `size` bytes.
+fn check_line_rows(rows: &[LineRow], size: u32) -> std::result::Result<(), String> {
+    // One branch-free pass for the usual case of good rows; the loop below names the problem.
+    let mut next = 0u32; // lowest offset the next row may have
+    let mut good = true;
+    for r in rows {
+        good &= (r.offset >= next) & (r.offset < size) & (r.line != 0);
+        next = r.offset.wrapping_add(1);
+    }
+    if good {
+        return Ok(());
+    }
+    let mut prev: Option<u32> = None;
+    for (i, r) in rows.iter().enumerate() {
+        if r.offset >= size {
+            return Err(format!(
+                "line row {i} at offset {} is outside the function (size {size})",
+                r.offset
+            ));
+        }
+        if let Some(p) = prev.filter(|&p| r.offset <= p) {
+            return Err(format!(
+                "line row {i} at offset {} does not come after row {} at offset {p}: rows must be in strictly increasing offset order",
+                r.offset,
+                i - 1
+            ));
+        }
+        if r.line == 0 {
+            return Err(format!("line row {i} has line 0: lines start at 1"));
+        }
+        prev = Some(r.offset);
     }
     Ok(())
 }
@@ -445,33 +484,34 @@ impl JitObject {
     /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
         check_text("the file name", file).map_err(Error::BadFileName)?;
+        let shared = self.shared_file(f, file);
         let func = self.function_mut(f)?;
-        let bad = |why: String| Error::BadRows {
-            function: func.name.clone(),
-            why,
-        };
-        for (i, r) in rows.iter().enumerate() {
-            if r.offset >= func.size {
-                return Err(bad(format!(
-                    "line row {i} at offset {} is outside the function (size {})",
-                    r.offset, func.size
-                )));
-            }
-            if i > 0 && r.offset <= rows[i - 1].offset {
-                return Err(bad(format!(
-                    "line row {i} at offset {} does not come after row {} at offset {}: rows must be in strictly increasing offset order",
-                    r.offset,
-                    i - 1,
-                    rows[i - 1].offset
-                )));
-            }
-            if r.line == 0 {
-                return Err(bad(format!("line row {i} has line 0: lines start at 1")));
-            }
+        if let Err(why) = check_line_rows(rows, func.size) {
+            return Err(Error::BadRows {
+                function: func.name.clone(),
+                why,
+            });
         }
-        func.file = Some(file.into());
+        func.file = Some(shared.unwrap_or_else(|| Arc::from(file)));
         func.lines = rows.to_vec();
         Ok(())
+    }
+
+    /// The file name of a recently added function if it equals `file`: functions are
+    /// usually added in order and an object's functions share few files, so looking at the
+    /// last few finds the name almost always (a miss only costs a copy).
+    fn shared_file(&self, f: FunctionId, file: &str) -> Option<Arc<str>> {
+        let own = self.functions.get(f).and_then(|g| g.file.as_ref());
+        let recent = self
+            .functions
+            .iter()
+            .rev()
+            .take(4)
+            .filter_map(|g| g.file.as_ref());
+        own.into_iter()
+            .chain(recent)
+            .find(|name| ***name == *file)
+            .cloned()
     }
 
     /// Sets explicit frame-description rows for function `f`.
@@ -617,6 +657,11 @@ impl JitObject {
         if self.functions.is_empty() {
             return Err(Error::EmptyObject);
         }
+        // Runtimes usually add functions in address order: then one pass proves that none
+        // overlap (each starts at or after the end of the one before, so ends increase too).
+        if self.functions.windows(2).all(|w| w[1].start >= w[0].end()) {
+            return Ok(());
+        }
         let mut order: Vec<usize> = (0..self.functions.len()).collect();
         order.sort_by_key(|&i| self.functions[i].start);
         for w in order.windows(2) {
@@ -707,6 +752,59 @@ mod tests {
             JitObject::new().validate(),
             Err(Error::EmptyObject)
         ));
+    }
+
+    #[test]
+    fn overlaps_are_found_in_any_order() {
+        let object = |functions: &[(u64, u64)]| {
+            let mut o = JitObject::new();
+            for (i, &(start, size)) in functions.iter().enumerate() {
+                o.add_function(&format!("f{i}"), start, size).unwrap();
+            }
+            o.validate()
+        };
+        object(&[(0x1000, 16), (0x1010, 16), (0x1040, 8)]).unwrap();
+        object(&[(0x1040, 8), (0x1000, 16), (0x1010, 16)]).unwrap();
+        let e = object(&[(0x1040, 8), (0x1000, 16), (0x100c, 16)]).unwrap_err();
+        assert!(
+            matches!(&e, Error::Overlap { first, second } if first == "f1" && second == "f2"),
+            "{e}"
+        );
+        assert!(matches!(
+            object(&[(0x1000, 16), (0x1000, 16)]),
+            Err(Error::Overlap { .. })
+        ));
+    }
+
+    #[test]
+    fn functions_share_file_names_and_keep_their_own() {
+        let mut o = JitObject::new();
+        let rows = [LineRow { offset: 0, line: 3 }];
+        for (i, file) in ["a.js", "a.js", "b.js", "a.js", "a.js"].iter().enumerate() {
+            let f = o.add_function("f", 0x1000 + 16 * i as u64, 16).unwrap();
+            o.set_lines(f, file, &rows).unwrap();
+        }
+        fn file(o: &JitObject, i: usize) -> &str {
+            o.functions()[i].file().unwrap()
+        }
+        assert_eq!(
+            (0..5).map(|i| file(&o, i)).collect::<Vec<_>>(),
+            ["a.js", "a.js", "b.js", "a.js", "a.js"]
+        );
+        // One copy of "a.js" for all its functions.
+        assert!(std::ptr::eq(file(&o, 0), file(&o, 1)));
+        assert!(std::ptr::eq(file(&o, 0), file(&o, 4)));
+        // Replacing a function's lines replaces its file, and only its file.
+        o.set_lines(1, "c.js", &rows).unwrap();
+        assert_eq!(
+            (file(&o, 0), file(&o, 1), file(&o, 3)),
+            ("a.js", "c.js", "a.js")
+        );
+        // A refused change leaves file and rows as they were.
+        let bad = [LineRow { offset: 0, line: 0 }];
+        assert!(o.set_lines(1, "d.js", &bad).is_err());
+        assert_eq!(file(&o, 1), "c.js");
+        assert_eq!(o.functions()[1].lines(), rows);
     }
 
     #[test]

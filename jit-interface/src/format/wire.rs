@@ -16,44 +16,63 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    #[inline]
     pub(crate) fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }
 
+    #[inline]
     pub(crate) fn u64_le(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    #[inline]
     pub(crate) fn bytes(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
     }
 
+    #[inline]
     pub(crate) fn uleb(&mut self, mut v: u64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.buf.push(byte);
-                return;
-            }
-            self.buf.push(byte | 0x80);
+        // Most numbers (sizes, counts, indices) take one byte.
+        if v < 0x80 {
+            self.buf.push(v as u8);
+            return;
         }
+        let mut bytes = [0u8; 10];
+        let mut n = 0;
+        while v >= 0x80 {
+            bytes[n] = (v as u8) | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        bytes[n] = v as u8;
+        self.buf.extend_from_slice(&bytes[..=n]);
     }
 
+    #[inline]
     pub(crate) fn sleb(&mut self, mut v: i64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7; // arithmetic: keeps the sign
-            let done = (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0);
-            if done {
-                self.buf.push(byte);
-                return;
-            }
-            self.buf.push(byte | 0x80);
+        // One byte holds -64..=63.
+        if (-0x40..0x40).contains(&v) {
+            self.buf.push((v as u8) & 0x7f);
+            return;
         }
+        let mut bytes = [0u8; 10];
+        let mut n = 0;
+        loop {
+            let byte = (v as u8) & 0x7f;
+            v >>= 7; // arithmetic: keeps the sign
+            if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
+                bytes[n] = byte;
+                break;
+            }
+            bytes[n] = byte | 0x80;
+            n += 1;
+        }
+        self.buf.extend_from_slice(&bytes[..=n]);
     }
 
     /// A length-prefixed string (the caller has checked it against `MAX_TEXT_LEN`).
+    #[inline]
     pub(crate) fn text(&mut self, s: &str) {
         self.uleb(s.len() as u64);
         self.bytes(s.as_bytes());
