@@ -242,18 +242,44 @@ pub struct Variable {
 }
 
 /// One JIT-compiled function.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Kept small (a runtime builds many of them, an object holds them in one vector): boxed
+/// slices rather than vectors, and the rarely used blocks and variables behind one pointer.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Function {
-    name: String,
+    name: Box<str>,
     start: u64,
     size: u32,
     /// Shared with the other functions of the object that use the same file (most objects
     /// use one), so that setting lines allocates no copy of the name per function.
     file: Option<Arc<str>>,
-    lines: Vec<LineRow>,
+    lines: Box<[LineRow]>,
     frame: Frame,
+    /// `None` while the function has neither blocks nor variables (never an empty box, so
+    /// that equality does not depend on how a function was built).
+    extras: Option<Box<Extras>>,
+}
+
+/// The parts of a [`Function`] most functions do not have.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+struct Extras {
     blocks: Vec<Block>,
     variables: Vec<Variable>,
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.name)
+            .field("start", &self.start)
+            .field("size", &self.size)
+            .field("file", &self.file)
+            .field("lines", &self.lines)
+            .field("frame", &self.frame)
+            .field("blocks", &self.blocks())
+            .field("variables", &self.variables())
+            .finish()
+    }
 }
 
 impl Function {
@@ -287,11 +313,14 @@ impl Function {
     }
     /// Nested blocks; a block's parent comes before it.
     pub fn blocks(&self) -> &[Block] {
-        &self.blocks
+        self.extras.as_ref().map_or(&[], |e| &e.blocks)
     }
     /// Parameters and locals.
     pub fn variables(&self) -> &[Variable] {
-        &self.variables
+        self.extras.as_ref().map_or(&[], |e| &e.variables)
+    }
+    fn extras_mut(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_with(Box::default)
     }
     /// Does the function contain `addr`?
     pub fn contains(&self, addr: u64) -> bool {
@@ -472,10 +501,9 @@ impl JitObject {
             start,
             size,
             file: None,
-            lines: Vec::new(),
+            lines: Box::default(),
             frame: Frame::Default,
-            blocks: Vec::new(),
-            variables: Vec::new(),
+            extras: None,
         });
         Ok(self.functions.len() - 1)
     }
@@ -488,12 +516,12 @@ impl JitObject {
         let func = self.function_mut(f)?;
         if let Err(why) = check_line_rows(rows, func.size) {
             return Err(Error::BadRows {
-                function: func.name.clone(),
+                function: func.name.to_string(),
                 why,
             });
         }
         func.file = Some(shared.unwrap_or_else(|| Arc::from(file)));
-        func.lines = rows.to_vec();
+        func.lines = rows.into();
         Ok(())
     }
 
@@ -518,7 +546,7 @@ impl JitObject {
     pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
         let func = self.function_mut(f)?;
         check_unwind_rows(rows, func.size).map_err(|why| Error::BadRows {
-            function: func.name.clone(),
+            function: func.name.to_string(),
             why,
         })?;
         func.frame = Frame::Rows(rows.to_vec());
@@ -536,7 +564,7 @@ impl JitObject {
         let func = self.function_mut(f)?;
         if push_end == 0 || setup_end < push_end || setup_end >= func.size {
             return Err(Error::BadRows {
-                function: func.name.clone(),
+                function: func.name.to_string(),
                 why: format!(
                     "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({})",
                     func.size
@@ -555,7 +583,7 @@ impl JitObject {
     /// `restore_end` just after `pop rbp` / `leave`, `ret_end` just after the `ret`.
     pub fn add_epilogue(&mut self, f: FunctionId, restore_end: u32, ret_end: u32) -> Result<()> {
         let func = self.function_mut(f)?;
-        let name = func.name.clone();
+        let name = func.name.to_string();
         let size = func.size;
         let bad = |why: String| Error::BadRows {
             function: name.clone(),
@@ -597,7 +625,7 @@ impl JitObject {
     ) -> Result<u32> {
         let func = self.function_mut(f)?;
         let bad = |why: String| Error::BadRows {
-            function: func.name.clone(),
+            function: func.name.to_string(),
             why,
         };
         check_text("the block name", name).map_err(&bad)?;
@@ -608,7 +636,7 @@ impl JitObject {
             )));
         }
         if let Some(p) = parent {
-            let Some(pb) = func.blocks.get(p as usize) else {
+            let Some(pb) = func.blocks().get(p as usize) else {
                 return Err(bad(format!(
                     "block `{name}`: parent block {p} does not exist"
                 )));
@@ -620,9 +648,9 @@ impl JitObject {
                 )));
             }
         }
-        let index = u32::try_from(func.blocks.len())
+        let index = u32::try_from(func.blocks().len())
             .map_err(|_| Error::TooLarge("more than 2^32 blocks".into()))?;
-        func.blocks.push(Block {
+        func.extras_mut().blocks.push(Block {
             name: name.into(),
             start,
             end,
@@ -635,7 +663,7 @@ impl JitObject {
     pub fn add_variable(&mut self, f: FunctionId, var: Variable) -> Result<()> {
         let func = self.function_mut(f)?;
         let bad = |why: String| Error::BadVariable {
-            function: func.name.clone(),
+            function: func.name.to_string(),
             why,
         };
         check_text("the variable name", &var.name).map_err(&bad)?;
@@ -647,7 +675,7 @@ impl JitObject {
                 )));
             }
         }
-        func.variables.push(var);
+        func.extras_mut().variables.push(var);
         Ok(())
     }
 
@@ -668,8 +696,8 @@ impl JitObject {
             let (a, b) = (&self.functions[w[0]], &self.functions[w[1]]);
             if b.start < a.end() {
                 return Err(Error::Overlap {
-                    first: a.name.clone(),
-                    second: b.name.clone(),
+                    first: a.name.to_string(),
+                    second: b.name.to_string(),
                 });
             }
         }

@@ -63,8 +63,9 @@ struct Strings<'a> {
     first: [&'a str; SCAN_MAX],
     /// The strings after the first `SCAN_MAX`.
     rest: Vec<&'a str>,
-    /// Every string's index, once there are more than `SCAN_MAX`.
-    index: HashMap<&'a str, u64>,
+    /// Every string's index, once there are more than `SCAN_MAX` (built then: even an
+    /// empty map costs its hasher's random keys).
+    index: Option<HashMap<&'a str, u64>>,
     len: usize,
     last: usize,
 }
@@ -74,7 +75,7 @@ impl<'a> Strings<'a> {
         Strings {
             first: [""; SCAN_MAX],
             rest: Vec::new(),
-            index: HashMap::new(),
+            index: None,
             len: 0,
             last: 0,
         }
@@ -103,18 +104,22 @@ impl<'a> Strings<'a> {
         let found = if self.len <= SCAN_MAX {
             self.first[..self.len].iter().position(|&l| l == s)
         } else {
-            self.index.get(s).map(|&i| i as usize)
+            self.index
+                .as_ref()
+                .and_then(|m| m.get(s))
+                .map(|&i| i as usize)
         };
         let i = found.unwrap_or_else(|| {
             let i = self.len;
             if i < SCAN_MAX {
                 self.first[i] = s;
             } else {
-                if i == SCAN_MAX {
-                    self.index.extend(self.first.iter().copied().zip(0..));
-                }
+                let first = &self.first;
+                let index = self
+                    .index
+                    .get_or_insert_with(|| first.iter().copied().zip(0..).collect());
+                index.insert(s, i as u64);
                 self.rest.push(s);
-                self.index.insert(s, i as u64);
             }
             self.len += 1;
             i
