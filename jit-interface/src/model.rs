@@ -5,6 +5,7 @@
 //! Every setter validates its input: a model that exists is one that can be encoded (except
 //! for format-specific limits, checked by the encoders).
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -328,18 +329,42 @@ impl Function {
     }
 }
 
+thread_local! {
+    /// The file name this thread gave `set_lines` last and did not find in the object: see
+    /// `JitObject::shared_file`.
+    static LAST_FILE: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+}
+
 /// Checks a name (function, block, variable or file): non-empty, no NUL.
 fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
     if s.is_empty() {
         return Err(format!("{what} is empty"));
     }
-    if s.contains('\0') {
+    if has_nul(s.as_bytes()) {
         return Err(format!(
             "{what} `{}` contains a NUL byte",
             s.replace('\0', "\\0")
         ));
     }
     Ok(())
+}
+
+/// Does `b` contain a zero byte? Names are short and checked once per function: eight
+/// bytes at a time without a call beats a general search.
+fn has_nul(b: &[u8]) -> bool {
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut words = b.chunks_exact(8);
+    let mut any = 0;
+    for w in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(w);
+        let x = u64::from_le_bytes(bytes);
+        // The high bit of a byte of the result is set if that byte of x is zero (or, only
+        // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
+        any |= x.wrapping_sub(LOW) & !x & HIGH;
+    }
+    any != 0 || words.remainder().contains(&0)
 }
 
 /// Validates line rows for a function of `size` bytes.
@@ -512,7 +537,6 @@ impl JitObject {
     /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
         check_text("the file name", file).map_err(Error::BadFileName)?;
-        let shared = self.shared_file(f, file);
         let func = self.function_mut(f)?;
         if let Err(why) = check_line_rows(rows, func.size) {
             return Err(Error::BadRows {
@@ -520,15 +544,18 @@ impl JitObject {
                 why,
             });
         }
-        func.file = Some(shared.unwrap_or_else(|| Arc::from(file)));
+        let file = self.shared_file(f, file);
+        let func = &mut self.functions[f];
+        func.file = Some(file);
         func.lines = rows.into();
         Ok(())
     }
 
-    /// The file name of a recently added function if it equals `file`: functions are
-    /// usually added in order and an object's functions share few files, so looking at the
-    /// last few finds the name almost always (a miss only costs a copy).
-    fn shared_file(&self, f: FunctionId, file: &str) -> Option<Arc<str>> {
+    /// `file` as a shared name: most objects use one file or a few, and a runtime that
+    /// registers functions one per object uses the same files again and again, so the name
+    /// of a recently added function of this object, or else the name this thread used
+    /// last, almost always matches (a miss only costs a copy).
+    fn shared_file(&self, f: FunctionId, file: &str) -> Arc<str> {
         let own = self.functions.get(f).and_then(|g| g.file.as_ref());
         let recent = self
             .functions
@@ -536,10 +563,16 @@ impl JitObject {
             .rev()
             .take(4)
             .filter_map(|g| g.file.as_ref());
-        own.into_iter()
-            .chain(recent)
-            .find(|name| ***name == *file)
-            .cloned()
+        if let Some(name) = own.into_iter().chain(recent).find(|name| ***name == *file) {
+            return name.clone();
+        }
+        LAST_FILE.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some(name) if **name == *file => name.clone(),
+                _ => last.insert(Arc::from(file)).clone(),
+            }
+        })
     }
 
     /// Sets explicit frame-description rows for function `f`.
@@ -833,6 +866,20 @@ mod tests {
         assert!(o.set_lines(1, "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
         assert_eq!(o.functions()[1].lines(), rows);
+    }
+
+    #[test]
+    fn nul_bytes_are_found_anywhere() {
+        for len in 0..40 {
+            let clean: Vec<u8> = (0..len).map(|i| 1 + (i * 37 % 255) as u8).collect();
+            assert!(!has_nul(&clean), "{len}");
+            assert!(!has_nul(&vec![0x80; len]) && !has_nul(&vec![0xff; len]));
+            for at in 0..len {
+                let mut b = clean.clone();
+                b[at] = 0;
+                assert!(has_nul(&b), "{len} {at}");
+            }
+        }
     }
 
     #[test]
