@@ -4,9 +4,10 @@
 //! The payload is a relocatable x86-64 object whose ALLOC sections (NOBITS `.text`, one per
 //! run of adjacent functions) sit at the code's real addresses, with no relocations: the
 //! addresses in the symbols, DWARF and CFI are final. See [`writer`] for the section list.
-//! Each part is built as a model first (a [`layout::Layout`], `gimli::write` units and frame
-//! tables) and then serialised.
+//! The plan ([`layout::Layout`]: address order, `.text` runs, compile units) is made first;
+//! each section is then serialised from it directly, in one pass.
 
+mod bytes;
 mod cfi;
 mod dwarf;
 mod layout;
@@ -56,14 +57,6 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
         },
     ];
     writer::write(&layout, &sections, &debug.str, &debug.name_offsets)
-}
-
-/// Turns a DWARF writer failure into our error.
-fn gimli_error(e: gimli::write::Error) -> Error {
-    Error::Unsupported {
-        format: "ELF",
-        why: format!("DWARF writer: {e}"),
-    }
 }
 
 #[cfg(test)]
