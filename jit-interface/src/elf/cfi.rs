@@ -92,14 +92,17 @@ fn advance(delta: u64, out: &mut Vec<u8>) {
 /// same frame description and size (one JIT, one prologue): their rows are made and checked
 /// once.
 #[derive(Default)]
-struct Rows {
+struct Rows<'f> {
     /// The frame and size `rows` were made for.
-    of: Option<(Frame, u32)>,
+    of: Option<(&'f Frame, u32)>,
     rows: Vec<UnwindRow>,
 }
 
-impl Rows {
-    fn of<'a>(&'a mut self, arch: Arch, f: &'a Function) -> Result<&'a [UnwindRow]> {
+impl<'f> Rows<'f> {
+    fn of<'a>(&'a mut self, arch: Arch, f: &'f Function) -> Result<&'a [UnwindRow]>
+    where
+        'f: 'a,
+    {
         let check = |rows: &[UnwindRow]| {
             check_unwind_rows(rows, f.size()).map_err(|why| Error::BadRows {
                 function: f.name().into(),
@@ -110,13 +113,12 @@ impl Rows {
             check(rows)?;
             return Ok(rows);
         }
-        let same =
-            matches!(&self.of, Some((frame, size)) if frame == f.frame() && *size == f.size());
+        let same = matches!(self.of, Some((frame, size)) if frame == f.frame() && size == f.size());
         if !same {
             self.of = None;
             self.rows = f.frame().rows(arch, f.size().into());
             check(&self.rows)?;
-            self.of = Some((f.frame().clone(), f.size()));
+            self.of = Some((f.frame(), f.size()));
         }
         Ok(&self.rows)
     }

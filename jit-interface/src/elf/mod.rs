@@ -56,7 +56,12 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
             data: &frame,
         },
     ];
-    writer::write(&layout, &sections, &debug.str, &debug.name_offsets)
+    Ok(writer::write(
+        &layout,
+        &sections,
+        &debug.str,
+        &debug.name_offsets,
+    ))
 }
 
 #[cfg(test)]
