@@ -524,4 +524,37 @@ mod tests {
             assert_eq!(&rule_at(&p, start + size - 1), end, "f{i} last byte");
         }
     }
+
+    /// Advances of every width (1, 2 and 4 bytes).
+    #[test]
+    fn large_functions_advance_far() {
+        let mut o = JitObject::new();
+        let size = 1u32 << 20;
+        let f = o.add_function("big", 0x7000_0000, size.into()).unwrap();
+        o.set_frame_pointer(f, 1, 200).unwrap();
+        o.add_epilogue(f, 70_000, 70_001).unwrap();
+        o.add_epilogue(f, size - 1, size).unwrap();
+        let p = Parsed::encode(&o);
+        let base = 0x7000_0000;
+        let pushed = (
+            7,
+            16,
+            Some(RegisterRule::Offset(-16)),
+            Some(RegisterRule::Offset(-8)),
+        );
+        let framed = (6, 16, pushed.2.clone(), pushed.3.clone());
+        let entry = (
+            7,
+            8,
+            Some(RegisterRule::SameValue),
+            Some(RegisterRule::Offset(-8)),
+        );
+        assert_eq!(rule_at(&p, base + 199), pushed);
+        assert_eq!(rule_at(&p, base + 200), framed);
+        assert_eq!(rule_at(&p, base + 69_999), framed);
+        assert_eq!(rule_at(&p, base + 70_000), entry);
+        assert_eq!(rule_at(&p, base + 70_001), framed);
+        assert_eq!(rule_at(&p, base + u64::from(size) - 2), framed);
+        assert_eq!(rule_at(&p, base + u64::from(size) - 1), entry);
+    }
 }

@@ -656,6 +656,42 @@ mod tests {
         );
     }
 
+    /// Every kind of step: special opcodes, `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`,
+    /// `DW_LNS_advance_line` both ways, and a large function.
+    #[test]
+    fn line_steps_of_every_size() {
+        let steps: [(u32, u32); 12] = [
+            (0, 1),
+            (1, 1),
+            (2, 9),
+            (20, 3),
+            (37, 3),
+            (38, 100_000),
+            (300, 99_990),
+            (70_000, 1),
+            (70_017, 5),
+            (70_034, 4_000_000_000),
+            (1 << 20, 1),
+            ((1 << 20) + 17, 2),
+        ];
+        let mut o = JitObject::new();
+        let f = o.add_function("big", 0x7f00_0000_0000, 3 << 20).unwrap();
+        o.set_lines(f, "big.js", &rows(&steps)).unwrap();
+        let p = Parsed::encode(&o);
+        let mut want: Vec<Line> = steps
+            .iter()
+            .map(|&(offset, l)| {
+                line(
+                    "big.js",
+                    0x7f00_0000_0000 + u64::from(offset),
+                    Some(l.into()),
+                )
+            })
+            .collect();
+        want.push(line("big.js", 0x7f00_0000_0000 + (3 << 20), None));
+        assert_eq!(p.lines(), want);
+    }
+
     #[test]
     fn a_file_without_rows_gets_a_unit_without_lines() {
         let mut o = JitObject::new();
