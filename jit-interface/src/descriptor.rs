@@ -7,6 +7,7 @@
 //! concurrently (the same restriction LLVM has with any other user of the interface).
 
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// `jit_actions_t` of GDB's interface.
@@ -147,6 +148,11 @@ pub(crate) unsafe fn replace(old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
 /// # Safety
 /// Called with [`LIST_LOCK`] held and `d` the process descriptor.
 unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
+    NOTIFICATIONS.fetch_add(1, Relaxed);
+    if action == JIT_REGISTER_FN {
+        // SAFETY: `entry` is valid per the contract.
+        ANNOUNCED_BYTES.fetch_add(unsafe { (*entry).symfile_size }, Relaxed);
+    }
     // SAFETY: per the contract, `d` is valid and we hold the lock.
     unsafe {
         (*d).relevant_entry = entry;
@@ -205,6 +211,16 @@ fn hook_has_breakpoint() -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn hook_has_breakpoint() -> bool {
     true
+}
+
+static NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
+static ANNOUNCED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Hook calls made by this library so far (each one a stop when a debugger is attached),
+/// and the payload bytes of the entries they announced (what a debugger read), for
+/// benchmarks and diagnostics.
+pub fn notifications() -> (u64, u64) {
+    (NOTIFICATIONS.load(Relaxed), ANNOUNCED_BYTES.load(Relaxed))
 }
 
 /// Number of entries in the list (all runtimes'), for tests and diagnostics.

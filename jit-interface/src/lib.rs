@@ -64,4 +64,4 @@ pub use model::{
     Location, UnwindRow, Variable, VariableKind,
 };
 #[cfg(feature = "runtime")]
-pub use registry::{register, Format, Registration};
+pub use registry::{flush, register, set_deferred, Deferral, Format, Registration};

@@ -19,13 +19,21 @@
 //!   re-encoded from the kept models.
 //!
 //! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
+//!
+//! **Deferred mode** ([`set_deferred`]) is for runtimes that register bursts of small objects
+//! one by one under a debugger: compact records are then appended in place even while a
+//! debugger is attached (in the list at once, so attach and core files see them) and
+//! announced together ([`flush`], or when `max_pending` registrations or `max_delay` are
+//! reached), one stop for many. Our GDB scripts (and so the `jit-gdb` launcher) announce
+//! pending registrations whenever the program stops, through `jit_gdb_flush_for_debugger`.
 
 use std::cell::UnsafeCell;
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use crate::descriptor::{self, JitCodeEntry};
 use crate::error::Result;
@@ -123,8 +131,10 @@ struct Batch {
     dead: usize,
     level: usize,
     format: Format,
-    /// Appended to in place while no debugger is attached.
+    /// Appended to in place while no debugger is attached (or in deferred mode).
     open: bool,
+    /// Records appended while a debugger was attached and not yet announced (deferred mode).
+    pending: usize,
 }
 
 impl Batch {
@@ -144,6 +154,7 @@ impl Batch {
             level,
             format,
             open: false,
+            pending: 0,
         }
     }
 
@@ -180,6 +191,68 @@ struct State {
     /// The compact batch appended to in place, per architecture (no debugger).
     open: BTreeMap<u8, u64>,
     next_id: u64,
+    deferred: Option<Deferral>,
+    /// Registrations appended while a debugger was attached and not announced yet, the
+    /// batches holding them, and when the oldest was appended.
+    pending: usize,
+    pending_batches: Vec<u64>,
+    pending_since: Option<Instant>,
+}
+
+/// When deferred registrations are announced to an attached debugger (see [`set_deferred`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferral {
+    /// Announce once this many registrations are pending (at least 1).
+    pub max_pending: usize,
+    /// Announce at the first registration made this long after the oldest pending one
+    /// (`None`: no time limit). There is no timer thread: an idle runtime's pending
+    /// registrations wait for [`flush`], the next registration, or the debugger's next stop
+    /// (our GDB scripts announce them then).
+    pub max_delay: Option<Duration>,
+}
+
+/// Registrations not yet announced to an attached debugger, for debugger scripts: our GDB
+/// extension reads it at every stop and, when nonzero, calls [`jit_gdb_flush_for_debugger`].
+#[no_mangle]
+#[used]
+pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
+
+/// Turns deferred mode on (`Some`) or off (`None`: pending registrations are announced
+/// now). In deferred mode small compact registrations never stop the process: they are
+/// appended in place to a batch entry (listed at once, so attach and core files see them) and
+/// an attached debugger reads them at the next announcement. ELF registrations and objects of
+/// 64 functions or more are announced at once as usual.
+pub fn set_deferred(deferral: Option<Deferral>) {
+    // Keeps the debugger's entry point in the executable when deferred mode is used.
+    std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
+    let mut st = registry();
+    st.deferred = deferral.map(|d| Deferral {
+        max_pending: d.max_pending.max(1),
+        ..d
+    });
+    if st.deferred.is_none() {
+        st.flush();
+    }
+}
+
+/// Announces pending deferred registrations to an attached debugger (one stop per batch
+/// entry holding some); returns how many registrations were pending.
+pub fn flush() -> usize {
+    registry().flush()
+}
+
+/// For debugger scripts, called from the debugger while the process is stopped: announces
+/// pending deferred registrations, unless the registry is busy (a thread was stopped inside
+/// it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
+/// were announced.
+#[no_mangle]
+pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
+    let lock = REGISTRY.get_or_init(Mutex::default);
+    match lock.try_lock() {
+        Ok(mut st) => st.flush() as i64,
+        Err(TryLockError::Poisoned(e)) => e.into_inner().flush() as i64,
+        Err(TryLockError::WouldBlock) => -1,
+    }
 }
 
 // SAFETY: the entries' raw pointers are only read or written under the descriptor's lock or by
@@ -257,8 +330,10 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         let mut st = registry();
         let id = st.fresh_id();
         let attached = descriptor::debugger_attached();
-        let quiet =
-            format == Format::Compact && !big && record.len() <= OPEN_RECORD_MAX && !attached;
+        let quiet = format == Format::Compact
+            && !big
+            && record.len() <= OPEN_RECORD_MAX
+            && (!attached || st.deferred.is_some());
         let batch_id = if quiet {
             st.append_quietly(id, arch, &record, cell)
         } else {
@@ -293,6 +368,9 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         );
         if !quiet && !big {
             st.level_push(format, 0, batch_id);
+        }
+        if quiet {
+            st.flush_if_due();
         }
         id
     };
@@ -357,7 +435,11 @@ impl State {
                 // append stayed within its capacity); the new size ends on a record boundary.
                 unsafe { descriptor::set_size(batch.entry(), batch.buf.len()) };
                 if descriptor::debugger_attached() {
-                    self.republish(batch_id);
+                    if self.deferred.is_some() {
+                        self.note_pending(batch_id);
+                    } else {
+                        self.republish(batch_id, false);
+                    }
                 }
                 return batch_id;
             }
@@ -405,18 +487,93 @@ impl State {
     }
 
     /// Makes an attached debugger re-read batch `batch_id` (same payload, new entry): it
-    /// drops what it had read for the old entry. The batch is sealed: a debugger is watching.
-    fn republish(&mut self, batch_id: u64) {
+    /// drops what it had read for the old entry. Unless `keep_open`, the batch is sealed: a
+    /// debugger is watching.
+    fn republish(&mut self, batch_id: u64, keep_open: bool) {
         let Some(batch) = self.batches.get_mut(&batch_id) else {
             return;
         };
+        self.pending -= batch.pending;
+        batch.pending = 0;
         let mut cell = EntryCell::new();
         *cell.entry.get_mut() = JitCodeEntry::new(&batch.buf);
         // SAFETY: the old cell is linked; the new one is boxed, points at the same payload
         // (owned by the batch), and takes the old one's place in the batch right after.
         unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
-        self.seal(batch_id);
+        if !keep_open {
+            self.seal(batch_id);
+        }
+    }
+
+    /// A record was appended to `batch_id` in place while a debugger is attached (deferred
+    /// mode): it is announced at the next flush.
+    fn note_pending(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            if b.pending == 0 {
+                self.pending_batches.push(batch_id);
+            }
+            b.pending += 1;
+            self.pending += 1;
+            self.pending_since.get_or_insert_with(Instant::now);
+            jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn flush_if_due(&mut self) {
+        let Some(d) = self.deferred else {
+            return;
+        };
+        let late = || {
+            d.max_delay
+                .zip(self.pending_since)
+                .is_some_and(|(delay, since)| since.elapsed() >= delay)
+        };
+        if self.pending >= d.max_pending || (self.pending > 0 && late()) {
+            self.flush();
+        }
+    }
+
+    /// Announces every pending batch (if a debugger is still attached: one that attached
+    /// meanwhile read them on attach anyway). Returns how many registrations were pending.
+    fn flush(&mut self) -> usize {
+        let n = self.pending;
+        let batches = std::mem::take(&mut self.pending_batches);
+        if n > 0 && descriptor::debugger_attached() {
+            for b in batches {
+                // The debugger reads the batch again, whole; it stays open until full, so a
+                // record is read about OPEN_CAPACITY / (2 * record size * max_pending) times
+                // more, and the entries stay few without further merging.
+                let open = self.batches.get(&b).is_some_and(|b| b.open);
+                self.republish(b, open);
+            }
+        } else {
+            for b in batches {
+                if let Some(b) = self.batches.get_mut(&b) {
+                    b.pending = 0;
+                }
+            }
+        }
+        self.pending = 0;
+        self.pending_since = None;
+        jit_gdb_pending.store(0, Ordering::Relaxed);
+        n
+    }
+
+    /// Forgets the pending records of a batch that is rewritten or unlinked (the debugger
+    /// is told about it as a whole).
+    fn drop_pending(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            if b.pending > 0 {
+                self.pending -= b.pending;
+                b.pending = 0;
+                self.pending_batches.retain(|&p| p != batch_id);
+                if self.pending == 0 {
+                    self.pending_since = None;
+                }
+                jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+            }
+        }
     }
 
     fn level_push(&mut self, format: Format, level: usize, batch: u64) {
@@ -490,6 +647,7 @@ impl State {
 
     /// Unlinks and frees batch `batch_id`.
     fn unlink_batch(&mut self, batch_id: u64) {
+        self.drop_pending(batch_id);
         let Some(batch) = self.batches.remove(&batch_id) else {
             return;
         };
@@ -509,6 +667,7 @@ impl State {
     /// swaps the new entry into the old one's place: one pointer store, then the debugger
     /// drops the old entry and reads the new one.
     fn rewrite(&mut self, batch_id: u64) {
+        self.drop_pending(batch_id);
         let Some(batch) = self.batches.get(&batch_id) else {
             return;
         };
@@ -567,14 +726,18 @@ impl State {
             if descriptor::debugger_attached() {
                 // Attached meanwhile: it may have read the object while live.
                 self.rewrite(batch_id);
-                self.seal(batch_id);
+                if self.deferred.is_none() {
+                    self.seal(batch_id);
+                }
             } else if batch.dead >= COMPACT_MIN_DEAD && batch.dead * 2 > batch.buf.len() {
                 self.rewrite(batch_id);
             }
             return;
         }
         self.rewrite(batch_id);
-        if self.open.values().any(|&b| b == batch_id) {
+        // The debugger read the rewritten batch whole; outside deferred mode it would have to
+        // re-read it at every append, so appends go elsewhere.
+        if self.deferred.is_none() && self.open.values().any(|&b| b == batch_id) {
             self.seal(batch_id);
         }
         member.live.store(0, Ordering::Release);
