@@ -306,81 +306,94 @@ fn live_check(live: &AtomicU64) -> LiveCheck {
 /// files see it), and a debugger attached at that moment has read it. See the module
 /// documentation for how registrations are consolidated into few entries.
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
+    thread_local! {
+        /// Compact records are encoded here, then copied into their batch: no allocation per
+        /// registration for the record.
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     object.validate()?;
-    // Allocated first: see `Batch::cell`. Unused when the record is appended in place.
-    let cell = EntryCell::new();
     let live = Box::new(AtomicU64::new(fresh_live_key()));
     let functions = object.functions().len();
     let big = functions >= BIG_OBJECT;
-    // Encode before taking the lock: registrations from several threads encode in parallel.
-    let (record, model) = match format {
-        Format::Compact => {
-            let mut record = Vec::with_capacity(64 + 48 * functions);
-            crate::format::encode_record(&mut record, object, Some(live_check(&live)))?;
-            (record, None)
-        }
-        Format::Elf => (crate::elf::encode(object)?, Some(Arc::new(object.clone()))),
-    };
-    let payload_len = match format {
-        Format::Compact => crate::format::HEADER_LEN + record.len(),
-        Format::Elf => record.len(),
-    };
     let arch = object.arch();
-    let id = {
-        let mut st = registry();
-        let id = st.fresh_id();
-        let attached = descriptor::debugger_attached();
-        let quiet = format == Format::Compact
-            && !big
-            && record.len() <= OPEN_RECORD_MAX
-            && (!attached || st.deferred.is_some());
-        let batch_id = if quiet {
-            st.append_quietly(id, arch, &record, cell)
-        } else {
-            if attached {
-                st.close_open_batches();
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        // Encode before taking the lock: registrations from several threads encode in
+        // parallel.
+        let (mut elf, model) = match format {
+            Format::Compact => {
+                scratch.clear();
+                crate::format::encode_record(&mut scratch, object, Some(live_check(&live)))?;
+                (None, None)
             }
-            let mut buf = match format {
-                Format::Compact => {
-                    let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record.len());
-                    buf.extend_from_slice(&crate::format::header(arch));
-                    buf
-                }
-                Format::Elf => Vec::new(),
-            };
-            let at = buf.len();
-            let len = record.len();
-            if buf.is_empty() {
-                buf = record;
-            } else {
-                buf.extend_from_slice(&record);
-            }
-            let level = if big { SEALED } else { 0 };
-            st.link_new(cell, format, level, buf, vec![Slot { id, at, len }])
+            Format::Elf => (
+                Some(crate::elf::encode(object)?),
+                Some(Arc::new(object.clone())),
+            ),
         };
-        st.members.insert(
+        let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
+        let payload_len = match format {
+            Format::Compact => crate::format::HEADER_LEN + record_len,
+            Format::Elf => record_len,
+        };
+        let id = {
+            let mut st = registry();
+            let id = st.fresh_id();
+            let attached = descriptor::debugger_attached();
+            let quiet = format == Format::Compact
+                && !big
+                && record_len <= OPEN_RECORD_MAX
+                && (!attached || st.deferred.is_some());
+            let batch_id = if quiet {
+                st.append_quietly(id, arch, &scratch)
+            } else {
+                if attached {
+                    st.close_open_batches();
+                }
+                // Allocated before the payload: see `Batch::cell`.
+                let cell = EntryCell::new();
+                let buf = match format {
+                    Format::Compact => {
+                        let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record_len);
+                        buf.extend_from_slice(&crate::format::header(arch));
+                        buf.extend_from_slice(&scratch);
+                        buf
+                    }
+                    Format::Elf => elf.take().unwrap_or_default(),
+                };
+                let at = buf.len() - record_len;
+                let level = if big { SEALED } else { 0 };
+                let slot = Slot {
+                    id,
+                    at,
+                    len: record_len,
+                };
+                st.link_new(cell, format, level, buf, vec![slot])
+            };
+            st.members.insert(
+                id,
+                Member {
+                    live,
+                    batch: batch_id,
+                    model,
+                },
+            );
+            if !quiet && !big {
+                st.level_push(format, 0, batch_id);
+            }
+            if quiet {
+                st.flush_if_due();
+            }
+            id
+        };
+        // Profiler outputs (perf map, jitdump) never fail the registration.
+        crate::perf::registered(object);
+        Ok(Registration {
             id,
-            Member {
-                live,
-                batch: batch_id,
-                model,
-            },
-        );
-        if !quiet && !big {
-            st.level_push(format, 0, batch_id);
-        }
-        if quiet {
-            st.flush_if_due();
-        }
-        id
-    };
-    // Profiler outputs (perf map, jitdump) never fail the registration.
-    crate::perf::registered(object);
-    Ok(Registration {
-        id,
-        format,
-        functions,
-        payload_len,
+            format,
+            functions,
+            payload_len,
+        })
     })
 }
 
@@ -419,7 +432,7 @@ impl State {
     /// Appends a compact record to the open batch of `arch` in place (a new open batch when
     /// there is none or it is full). No debugger was attached when the caller looked; if one
     /// is attached now it may have read the payload before the append, so it is told.
-    fn append_quietly(&mut self, id: u64, arch: Arch, record: &[u8], cell: Box<EntryCell>) -> u64 {
+    fn append_quietly(&mut self, id: u64, arch: Arch, record: &[u8]) -> u64 {
         let key = crate::format::arch_code(arch);
         let fits = |b: &Batch| b.buf.len() + record.len() <= b.buf.capacity();
         if let Some(&batch_id) = self.open.get(&key) {
@@ -446,6 +459,8 @@ impl State {
             // Full: it stays as it is, sealed.
             self.seal(batch_id);
         }
+        // Allocated before the payload: see `Batch::cell`.
+        let cell = EntryCell::new();
         let mut buf =
             Vec::with_capacity(OPEN_CAPACITY.max(crate::format::HEADER_LEN + record.len()));
         buf.extend_from_slice(&crate::format::header(arch));
