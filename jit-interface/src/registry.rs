@@ -303,8 +303,16 @@ fn live_check(live: &AtomicU64) -> LiveCheck {
 /// Encodes `object` in `format` and registers it with the debugger.
 ///
 /// The object is in the descriptor's list, consistent, when this returns (attach and core
-/// files see it), and a debugger attached at that moment has read it. See the module
-/// documentation for how registrations are consolidated into few entries.
+/// files see it), and a debugger attached at that moment has read it (unless deferred mode
+/// is on: see [`set_deferred`]).
+///
+/// Without a debugger (no `int3` on `__jit_debug_register_code`'s first byte) a compact
+/// object is appended in place to a batch entry: no stop, nothing re-encoded. With GDB
+/// attached, each registration gets an entry of its own (one stop), and small entries are
+/// merged 32 at a time into batch entries, 32 of those into sealed ones, so GDB holds few
+/// entries however many objects are live. Objects with 64 functions or more get an entry of
+/// their own for good. Set `JIT_GDB_ALWAYS_NOTIFY=1` for debuggers that do not plant an
+/// `int3` there (hardware breakpoints, rr replay).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     thread_local! {
         /// Compact records are encoded here, then copied into their batch: no allocation per
