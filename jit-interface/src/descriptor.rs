@@ -1,7 +1,7 @@
 //! GDB's JIT descriptor and the list of code entries: the only place that touches them.
 //!
 //! The symbols themselves are defined (weakly) in `csrc/jit_descriptor.c`. All list
-//! operations of this library happen under [`LIST_LOCK`]. If another runtime in the process
+//! operations of this library happen under `LIST_LOCK`. If another runtime in the process
 //! defines the symbols strongly (LLVM's GDB listener does), both runtimes append to the same
 //! list, each under its own lock: registrations from the two runtimes must then not run
 //! concurrently (the same restriction LLVM has with any other user of the interface).
