@@ -169,9 +169,11 @@ unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
 /// `entry` is linked, its payload starts at the same address and holds `size` valid bytes.
 pub(crate) unsafe fn set_size(entry: *mut JitCodeEntry, size: usize) {
     let _guard = lock();
-    // SAFETY: per the contract. A volatile store after the payload bytes were written: a
-    // debugger that stops the process sees either the old size or the new one, both ending on
-    // a record boundary.
+    // The payload bytes are written before the size (the compiler may not sink them below
+    // the volatile store); a debugger stops the process at an instruction boundary, so it
+    // sees the old size or the new one, both ending on a record boundary.
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: per the contract.
     unsafe { ptr::write_volatile(ptr::addr_of_mut!((*entry).symfile_size), size as u64) };
     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
 }

@@ -425,7 +425,7 @@ impl State {
         batch.point_entry();
         // SAFETY: the cell is boxed (stable address) and its payload is owned by the same
         // batch, never reallocated while linked; both live until the entry is unlinked or
-        // replaced (`unlink_batch`, `swap_batch`).
+        // replaced (`unlink_batch`, `rewrite`, `republish`).
         unsafe { descriptor::link(batch.entry()) };
         let batch_id = self.fresh_id();
         for s in &batch.members {
