@@ -355,7 +355,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             let batch_id = if quiet {
                 st.append_quietly(id, arch, &scratch)
             } else {
-                if attached {
+                if attached && st.deferred.is_none() {
                     st.close_open_batches();
                 }
                 // Allocated before the payload: see `Batch::cell`.
@@ -674,7 +674,8 @@ impl State {
         let Some(batch) = self.batches.remove(&batch_id) else {
             return;
         };
-        // SAFETY: linked when created (`link_new`) or swapped in (`swap_batch`), unlinked only
+        // SAFETY: linked when created (`link_new`) or swapped in (`rewrite`, `republish`),
+        // unlinked only
         // here, which also takes it out of `batches`.
         unsafe { descriptor::unlink(batch.entry()) };
         if batch.level < SEALED {
