@@ -3,8 +3,8 @@
 //!
 //! The payload is a relocatable x86-64 object whose ALLOC sections (NOBITS `.text`, one per
 //! run of adjacent functions) sit at the code's real addresses, with no relocations: the
-//! addresses in the symbols, DWARF and CFI are final. See [`writer`] for the section list.
-//! The plan ([`layout::Layout`]: address order, `.text` runs, compile units) is made first;
+//! addresses in the symbols, DWARF and CFI are final. See `writer.rs` for the section list.
+//! The plan (`layout::Layout`: address order, `.text` runs, compile units) is made first;
 //! each section is then serialised from it directly, in one pass.
 //!
 //! Size, per function of the benchmark shape (1,000 adjacent functions in one object, 8 line
