@@ -673,6 +673,88 @@ _hook = None
 gdb.events.exited.connect(lambda _event: _cache.clear())
 
 
+# ---------------------------------------------------------------------------------------
+# Deferred registrations (jit_interface::set_deferred / jit_set_deferred): the runtime lists
+# them at once but announces them to the debugger in groups. At every stop of a live
+# process, announce what is pending, so that `bt` names code registered just before.
+
+_pending_counter = {}  # pid -> address of jit_gdb_pending, or None (not a deferring runtime)
+_flushing = [False]
+
+
+def _pending_address(inf):
+    if inf.pid not in _pending_counter:
+        try:
+            text = gdb.execute("info address jit_gdb_pending", to_string=True)
+        except gdb.error:
+            text = ""
+        # A minimal symbol ("is at 0x...") or, with debug info, "is static storage at
+        # address 0x...".
+        m = re.search(r"\bis (?:static storage )?at (?:address )?(0x[0-9a-fA-F]+)", text)
+        if len(_pending_counter) > 64:
+            _pending_counter.clear()
+        _pending_counter[inf.pid] = int(m.group(1), 16) if m else None
+    return _pending_counter[inf.pid]
+
+
+def flush_deferred(quiet=False):
+    """Calls the runtime's jit_gdb_flush_for_debugger if registrations are pending; returns
+    how many were announced (0 if none, None if that was not possible)."""
+    inf = gdb.selected_inferior()
+    if inf is None or inf.pid == 0 or _flushing[0]:
+        return 0
+    conn = getattr(inf, "connection", None)
+    if conn is not None and getattr(conn, "type", None) == "core":
+        return 0
+    addr = _pending_address(inf)
+    if addr is None:
+        return 0
+    try:
+        pending = struct.unpack("<Q", bytes(inf.read_memory(addr, 8)))[0]
+    except (gdb.error, gdb.MemoryError):
+        return 0
+    if pending == 0:
+        return 0
+    _flushing[0] = True
+    language = gdb.parameter("language")
+    locking = gdb.parameter("scheduler-locking")
+    try:
+        # Only this thread runs the call: the flush never waits for the registry lock (it
+        # answers -1 when another thread holds it).
+        gdb.execute("set scheduler-locking on", to_string=True)
+        gdb.execute("set language c", to_string=True)
+        n = int(gdb.parse_and_eval("(long) jit_gdb_flush_for_debugger()"))
+    except gdb.error as e:
+        if not quiet:
+            gdb.write("jit: %d deferred registration(s) not announced: %s\n" % (pending, e))
+        return None
+    finally:
+        gdb.execute("set language %s" % language, to_string=True)
+        gdb.execute("set scheduler-locking %s" % locking, to_string=True)
+        _flushing[0] = False
+    if n < 0:
+        if not quiet:
+            gdb.write(
+                "jit: %d deferred registration(s) not announced: the program stopped inside "
+                "the JIT registry (they are listed: `jit list` shows them)\n" % pending
+            )
+        return None
+    return n
+
+
+def _on_stop_flush(_event):
+    try:
+        flush_deferred()
+    except Exception as e:  # a stop handler must never break the stop itself
+        gdb.write("jit: announcing deferred registrations failed: %s\n" % e)
+
+
+gdb.events.stop.connect(_on_stop_flush)
+gdb.events.exited.connect(lambda _event: _pending_counter.clear())
+# A runtime loaded later (dlopen) brings the counter: look again.
+gdb.events.new_objfile.connect(lambda _event: _pending_counter.clear())
+
+
 def _install_hook():
     global _hook
     if _hook is None or not _hook.is_valid():

@@ -430,3 +430,44 @@ fn registrations_without_a_debugger_are_seen_on_attach_and_later_ones_announced(
     }
     assert!(!text.contains("jit_quiet_gone"), "{text}");
 }
+
+/// Deferred mode: registrations are listed at once but announced to GDB in groups. Plain GDB
+/// does not know the pending ones yet; our GDB scripts announce them at every stop.
+#[test]
+fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
+    if !require_tool("gdb", "reader_deferred") {
+        return;
+    }
+    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let dir = TempDir::new("reader-deferred");
+    let plain = gdb_on(dir.path(), "deferred")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .run();
+    let frames = plain.gdb_bt("bt");
+    // The first registration opened a batch entry (announced with it); the second was
+    // appended to it in place, pending.
+    if frames.iter().any(|f| f.is("jit_deferred_outer")) {
+        plain.fail("plain GDB already knows the pending registration: nothing was deferred");
+    }
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd(script)
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .cmd("set language c")
+        .section("pending", ["p *(long *) &jit_gdb_pending"])
+        .run();
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+    t.assert_contains(Some("pending"), "= 0");
+}

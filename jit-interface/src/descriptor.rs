@@ -1,12 +1,13 @@
 //! GDB's JIT descriptor and the list of code entries: the only place that touches them.
 //!
 //! The symbols themselves are defined (weakly) in `csrc/jit_descriptor.c`. All list
-//! operations of this library happen under [`LIST_LOCK`]. If another runtime in the process
+//! operations of this library happen under `LIST_LOCK`. If another runtime in the process
 //! defines the symbols strongly (LLVM's GDB listener does), both runtimes append to the same
 //! list, each under its own lock: registrations from the two runtimes must then not run
 //! concurrently (the same restriction LLVM has with any other user of the interface).
 
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// `jit_actions_t` of GDB's interface.
@@ -147,6 +148,11 @@ pub(crate) unsafe fn replace(old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
 /// # Safety
 /// Called with [`LIST_LOCK`] held and `d` the process descriptor.
 unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
+    NOTIFICATIONS.fetch_add(1, Relaxed);
+    if action == JIT_REGISTER_FN {
+        // SAFETY: `entry` is valid per the contract.
+        ANNOUNCED_BYTES.fetch_add(unsafe { (*entry).symfile_size }, Relaxed);
+    }
     // SAFETY: per the contract, `d` is valid and we hold the lock.
     unsafe {
         (*d).relevant_entry = entry;
@@ -163,9 +169,11 @@ unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
 /// `entry` is linked, its payload starts at the same address and holds `size` valid bytes.
 pub(crate) unsafe fn set_size(entry: *mut JitCodeEntry, size: usize) {
     let _guard = lock();
-    // SAFETY: per the contract. A volatile store after the payload bytes were written: a
-    // debugger that stops the process sees either the old size or the new one, both ending on
-    // a record boundary.
+    // The payload bytes are written before the size (the compiler may not sink them below
+    // the volatile store); a debugger stops the process at an instruction boundary, so it
+    // sees the old size or the new one, both ending on a record boundary.
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: per the contract.
     unsafe { ptr::write_volatile(ptr::addr_of_mut!((*entry).symfile_size), size as u64) };
     std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
 }
@@ -205,6 +213,16 @@ fn hook_has_breakpoint() -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn hook_has_breakpoint() -> bool {
     true
+}
+
+static NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
+static ANNOUNCED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Hook calls made by this library so far (each one a stop when a debugger is attached),
+/// and the payload bytes of the entries they announced (what a debugger read), for
+/// benchmarks and diagnostics.
+pub fn notifications() -> (u64, u64) {
+    (NOTIFICATIONS.load(Relaxed), ANNOUNCED_BYTES.load(Relaxed))
 }
 
 /// Number of entries in the list (all runtimes'), for tests and diagnostics.

@@ -19,13 +19,21 @@
 //!   re-encoded from the kept models.
 //!
 //! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
+//!
+//! **Deferred mode** ([`set_deferred`]) is for runtimes that register bursts of small objects
+//! one by one under a debugger: compact records are then appended in place even while a
+//! debugger is attached (in the list at once, so attach and core files see them) and
+//! announced together ([`flush`], or when `max_pending` registrations or `max_delay` are
+//! reached), one stop for many. Our GDB scripts (and so the `jit-gdb` launcher) announce
+//! pending registrations whenever the program stops, through `jit_gdb_flush_for_debugger`.
 
 use std::cell::UnsafeCell;
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use crate::descriptor::{self, JitCodeEntry};
 use crate::error::Result;
@@ -123,8 +131,10 @@ struct Batch {
     dead: usize,
     level: usize,
     format: Format,
-    /// Appended to in place while no debugger is attached.
+    /// Appended to in place while no debugger is attached (or in deferred mode).
     open: bool,
+    /// Records appended while a debugger was attached and not yet announced (deferred mode).
+    pending: usize,
 }
 
 impl Batch {
@@ -144,6 +154,7 @@ impl Batch {
             level,
             format,
             open: false,
+            pending: 0,
         }
     }
 
@@ -180,6 +191,68 @@ struct State {
     /// The compact batch appended to in place, per architecture (no debugger).
     open: BTreeMap<u8, u64>,
     next_id: u64,
+    deferred: Option<Deferral>,
+    /// Registrations appended while a debugger was attached and not announced yet, the
+    /// batches holding them, and when the oldest was appended.
+    pending: usize,
+    pending_batches: Vec<u64>,
+    pending_since: Option<Instant>,
+}
+
+/// When deferred registrations are announced to an attached debugger (see [`set_deferred`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferral {
+    /// Announce once this many registrations are pending (at least 1).
+    pub max_pending: usize,
+    /// Announce at the first registration made this long after the oldest pending one
+    /// (`None`: no time limit). There is no timer thread: an idle runtime's pending
+    /// registrations wait for [`flush`], the next registration, or the debugger's next stop
+    /// (our GDB scripts announce them then).
+    pub max_delay: Option<Duration>,
+}
+
+/// Registrations not yet announced to an attached debugger, for debugger scripts: our GDB
+/// extension reads it at every stop and, when nonzero, calls [`jit_gdb_flush_for_debugger`].
+#[no_mangle]
+#[used]
+pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
+
+/// Turns deferred mode on (`Some`) or off (`None`: pending registrations are announced
+/// now). In deferred mode small compact registrations never stop the process: they are
+/// appended in place to a batch entry (listed at once, so attach and core files see them) and
+/// an attached debugger reads them at the next announcement. ELF registrations and objects of
+/// 64 functions or more are announced at once as usual.
+pub fn set_deferred(deferral: Option<Deferral>) {
+    // Keeps the debugger's entry point in the executable when deferred mode is used.
+    std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
+    let mut st = registry();
+    st.deferred = deferral.map(|d| Deferral {
+        max_pending: d.max_pending.max(1),
+        ..d
+    });
+    if st.deferred.is_none() {
+        st.flush();
+    }
+}
+
+/// Announces pending deferred registrations to an attached debugger (one stop per batch
+/// entry holding some); returns how many registrations were pending.
+pub fn flush() -> usize {
+    registry().flush()
+}
+
+/// For debugger scripts, called from the debugger while the process is stopped: announces
+/// pending deferred registrations, unless the registry is busy (a thread was stopped inside
+/// it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
+/// were announced.
+#[no_mangle]
+pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
+    let lock = REGISTRY.get_or_init(Mutex::default);
+    match lock.try_lock() {
+        Ok(mut st) => st.flush() as i64,
+        Err(TryLockError::Poisoned(e)) => e.into_inner().flush() as i64,
+        Err(TryLockError::WouldBlock) => -1,
+    }
 }
 
 // SAFETY: the entries' raw pointers are only read or written under the descriptor's lock or by
@@ -230,79 +303,105 @@ fn live_check(live: &AtomicU64) -> LiveCheck {
 /// Encodes `object` in `format` and registers it with the debugger.
 ///
 /// The object is in the descriptor's list, consistent, when this returns (attach and core
-/// files see it), and a debugger attached at that moment has read it. See the module
-/// documentation for how registrations are consolidated into few entries.
+/// files see it), and a debugger attached at that moment has read it (unless deferred mode
+/// is on: see [`set_deferred`]).
+///
+/// Without a debugger (no `int3` on `__jit_debug_register_code`'s first byte) a compact
+/// object is appended in place to a batch entry: no stop, nothing re-encoded. With GDB
+/// attached, each registration gets an entry of its own (one stop), and small entries are
+/// merged 32 at a time into batch entries, 32 of those into sealed ones, so GDB holds few
+/// entries however many objects are live. Objects with 64 functions or more get an entry of
+/// their own for good. Set `JIT_GDB_ALWAYS_NOTIFY=1` for debuggers that do not plant an
+/// `int3` there (hardware breakpoints, rr replay).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
+    thread_local! {
+        /// Compact records are encoded here, then copied into their batch: no allocation per
+        /// registration for the record.
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     object.validate()?;
-    // Allocated first: see `Batch::cell`. Unused when the record is appended in place.
-    let cell = EntryCell::new();
     let live = Box::new(AtomicU64::new(fresh_live_key()));
     let functions = object.functions().len();
     let big = functions >= BIG_OBJECT;
-    // Encode before taking the lock: registrations from several threads encode in parallel.
-    let (record, model) = match format {
-        Format::Compact => {
-            let mut record = Vec::with_capacity(64 + 48 * functions);
-            crate::format::encode_record(&mut record, object, Some(live_check(&live)))?;
-            (record, None)
-        }
-        Format::Elf => (crate::elf::encode(object)?, Some(Arc::new(object.clone()))),
-    };
-    let payload_len = match format {
-        Format::Compact => crate::format::HEADER_LEN + record.len(),
-        Format::Elf => record.len(),
-    };
     let arch = object.arch();
-    let id = {
-        let mut st = registry();
-        let id = st.fresh_id();
-        let attached = descriptor::debugger_attached();
-        let quiet =
-            format == Format::Compact && !big && record.len() <= OPEN_RECORD_MAX && !attached;
-        let batch_id = if quiet {
-            st.append_quietly(id, arch, &record, cell)
-        } else {
-            if attached {
-                st.close_open_batches();
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        // Encode before taking the lock: registrations from several threads encode in
+        // parallel.
+        let (mut elf, model) = match format {
+            Format::Compact => {
+                scratch.clear();
+                crate::format::encode_record(&mut scratch, object, Some(live_check(&live)))?;
+                (None, None)
             }
-            let mut buf = match format {
-                Format::Compact => {
-                    let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record.len());
-                    buf.extend_from_slice(&crate::format::header(arch));
-                    buf
-                }
-                Format::Elf => Vec::new(),
-            };
-            let at = buf.len();
-            let len = record.len();
-            if buf.is_empty() {
-                buf = record;
-            } else {
-                buf.extend_from_slice(&record);
-            }
-            let level = if big { SEALED } else { 0 };
-            st.link_new(cell, format, level, buf, vec![Slot { id, at, len }])
+            Format::Elf => (
+                Some(crate::elf::encode(object)?),
+                Some(Arc::new(object.clone())),
+            ),
         };
-        st.members.insert(
+        let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
+        let payload_len = match format {
+            Format::Compact => crate::format::HEADER_LEN + record_len,
+            Format::Elf => record_len,
+        };
+        let id = {
+            let mut st = registry();
+            let id = st.fresh_id();
+            let attached = descriptor::debugger_attached();
+            let quiet = format == Format::Compact
+                && !big
+                && record_len <= OPEN_RECORD_MAX
+                && (!attached || st.deferred.is_some());
+            let batch_id = if quiet {
+                st.append_quietly(id, arch, &scratch)
+            } else {
+                if attached && st.deferred.is_none() {
+                    st.close_open_batches();
+                }
+                // Allocated before the payload: see `Batch::cell`.
+                let cell = EntryCell::new();
+                let buf = match format {
+                    Format::Compact => {
+                        let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record_len);
+                        buf.extend_from_slice(&crate::format::header(arch));
+                        buf.extend_from_slice(&scratch);
+                        buf
+                    }
+                    Format::Elf => elf.take().unwrap_or_default(),
+                };
+                let at = buf.len() - record_len;
+                let level = if big { SEALED } else { 0 };
+                let slot = Slot {
+                    id,
+                    at,
+                    len: record_len,
+                };
+                st.link_new(cell, format, level, buf, vec![slot])
+            };
+            st.members.insert(
+                id,
+                Member {
+                    live,
+                    batch: batch_id,
+                    model,
+                },
+            );
+            if !quiet && !big {
+                st.level_push(format, 0, batch_id);
+            }
+            if quiet {
+                st.flush_if_due();
+            }
+            id
+        };
+        // Profiler outputs (perf map, jitdump) never fail the registration.
+        crate::perf::registered(object);
+        Ok(Registration {
             id,
-            Member {
-                live,
-                batch: batch_id,
-                model,
-            },
-        );
-        if !quiet && !big {
-            st.level_push(format, 0, batch_id);
-        }
-        id
-    };
-    // Profiler outputs (perf map, jitdump) never fail the registration.
-    crate::perf::registered(object);
-    Ok(Registration {
-        id,
-        format,
-        functions,
-        payload_len,
+            format,
+            functions,
+            payload_len,
+        })
     })
 }
 
@@ -326,7 +425,7 @@ impl State {
         batch.point_entry();
         // SAFETY: the cell is boxed (stable address) and its payload is owned by the same
         // batch, never reallocated while linked; both live until the entry is unlinked or
-        // replaced (`unlink_batch`, `swap_batch`).
+        // replaced (`unlink_batch`, `rewrite`, `republish`).
         unsafe { descriptor::link(batch.entry()) };
         let batch_id = self.fresh_id();
         for s in &batch.members {
@@ -341,7 +440,7 @@ impl State {
     /// Appends a compact record to the open batch of `arch` in place (a new open batch when
     /// there is none or it is full). No debugger was attached when the caller looked; if one
     /// is attached now it may have read the payload before the append, so it is told.
-    fn append_quietly(&mut self, id: u64, arch: Arch, record: &[u8], cell: Box<EntryCell>) -> u64 {
+    fn append_quietly(&mut self, id: u64, arch: Arch, record: &[u8]) -> u64 {
         let key = crate::format::arch_code(arch);
         let fits = |b: &Batch| b.buf.len() + record.len() <= b.buf.capacity();
         if let Some(&batch_id) = self.open.get(&key) {
@@ -357,13 +456,19 @@ impl State {
                 // append stayed within its capacity); the new size ends on a record boundary.
                 unsafe { descriptor::set_size(batch.entry(), batch.buf.len()) };
                 if descriptor::debugger_attached() {
-                    self.republish(batch_id);
+                    if self.deferred.is_some() {
+                        self.note_pending(batch_id);
+                    } else {
+                        self.republish(batch_id, false);
+                    }
                 }
                 return batch_id;
             }
             // Full: it stays as it is, sealed.
             self.seal(batch_id);
         }
+        // Allocated before the payload: see `Batch::cell`.
+        let cell = EntryCell::new();
         let mut buf =
             Vec::with_capacity(OPEN_CAPACITY.max(crate::format::HEADER_LEN + record.len()));
         buf.extend_from_slice(&crate::format::header(arch));
@@ -405,18 +510,93 @@ impl State {
     }
 
     /// Makes an attached debugger re-read batch `batch_id` (same payload, new entry): it
-    /// drops what it had read for the old entry. The batch is sealed: a debugger is watching.
-    fn republish(&mut self, batch_id: u64) {
+    /// drops what it had read for the old entry. Unless `keep_open`, the batch is sealed: a
+    /// debugger is watching.
+    fn republish(&mut self, batch_id: u64, keep_open: bool) {
         let Some(batch) = self.batches.get_mut(&batch_id) else {
             return;
         };
+        self.pending -= batch.pending;
+        batch.pending = 0;
         let mut cell = EntryCell::new();
         *cell.entry.get_mut() = JitCodeEntry::new(&batch.buf);
         // SAFETY: the old cell is linked; the new one is boxed, points at the same payload
         // (owned by the batch), and takes the old one's place in the batch right after.
         unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
-        self.seal(batch_id);
+        if !keep_open {
+            self.seal(batch_id);
+        }
+    }
+
+    /// A record was appended to `batch_id` in place while a debugger is attached (deferred
+    /// mode): it is announced at the next flush.
+    fn note_pending(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            if b.pending == 0 {
+                self.pending_batches.push(batch_id);
+            }
+            b.pending += 1;
+            self.pending += 1;
+            self.pending_since.get_or_insert_with(Instant::now);
+            jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn flush_if_due(&mut self) {
+        let Some(d) = self.deferred else {
+            return;
+        };
+        let late = || {
+            d.max_delay
+                .zip(self.pending_since)
+                .is_some_and(|(delay, since)| since.elapsed() >= delay)
+        };
+        if self.pending >= d.max_pending || (self.pending > 0 && late()) {
+            self.flush();
+        }
+    }
+
+    /// Announces every pending batch (if a debugger is still attached: one that attached
+    /// meanwhile read them on attach anyway). Returns how many registrations were pending.
+    fn flush(&mut self) -> usize {
+        let n = self.pending;
+        let batches = std::mem::take(&mut self.pending_batches);
+        if n > 0 && descriptor::debugger_attached() {
+            for b in batches {
+                // The debugger reads the batch again, whole; it stays open until full, so a
+                // record is read about OPEN_CAPACITY / (2 * record size * max_pending) times
+                // more, and the entries stay few without further merging.
+                let open = self.batches.get(&b).is_some_and(|b| b.open);
+                self.republish(b, open);
+            }
+        } else {
+            for b in batches {
+                if let Some(b) = self.batches.get_mut(&b) {
+                    b.pending = 0;
+                }
+            }
+        }
+        self.pending = 0;
+        self.pending_since = None;
+        jit_gdb_pending.store(0, Ordering::Relaxed);
+        n
+    }
+
+    /// Forgets the pending records of a batch that is rewritten or unlinked (the debugger
+    /// is told about it as a whole).
+    fn drop_pending(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            if b.pending > 0 {
+                self.pending -= b.pending;
+                b.pending = 0;
+                self.pending_batches.retain(|&p| p != batch_id);
+                if self.pending == 0 {
+                    self.pending_since = None;
+                }
+                jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+            }
+        }
     }
 
     fn level_push(&mut self, format: Format, level: usize, batch: u64) {
@@ -490,10 +670,12 @@ impl State {
 
     /// Unlinks and frees batch `batch_id`.
     fn unlink_batch(&mut self, batch_id: u64) {
+        self.drop_pending(batch_id);
         let Some(batch) = self.batches.remove(&batch_id) else {
             return;
         };
-        // SAFETY: linked when created (`link_new`) or swapped in (`swap_batch`), unlinked only
+        // SAFETY: linked when created (`link_new`) or swapped in (`rewrite`, `republish`),
+        // unlinked only
         // here, which also takes it out of `batches`.
         unsafe { descriptor::unlink(batch.entry()) };
         if batch.level < SEALED {
@@ -509,6 +691,7 @@ impl State {
     /// swaps the new entry into the old one's place: one pointer store, then the debugger
     /// drops the old entry and reads the new one.
     fn rewrite(&mut self, batch_id: u64) {
+        self.drop_pending(batch_id);
         let Some(batch) = self.batches.get(&batch_id) else {
             return;
         };
@@ -567,14 +750,18 @@ impl State {
             if descriptor::debugger_attached() {
                 // Attached meanwhile: it may have read the object while live.
                 self.rewrite(batch_id);
-                self.seal(batch_id);
+                if self.deferred.is_none() {
+                    self.seal(batch_id);
+                }
             } else if batch.dead >= COMPACT_MIN_DEAD && batch.dead * 2 > batch.buf.len() {
                 self.rewrite(batch_id);
             }
             return;
         }
         self.rewrite(batch_id);
-        if self.open.values().any(|&b| b == batch_id) {
+        // The debugger read the rewritten batch whole; outside deferred mode it would have to
+        // re-read it at every append, so appends go elsewhere.
+        if self.deferred.is_none() && self.open.values().any(|&b| b == batch_id) {
             self.seal(batch_id);
         }
         member.live.store(0, Ordering::Release);

@@ -33,6 +33,11 @@
 //!   `jit_quiet_inner`) and runs it (stop). A trailing `wait` argument is accepted (the test
 //!   harness's waiting-host protocol).
 //!
+//! - `deferred`: deferred mode on (`max_pending` 1000), `jit_deferred_outer ->
+//!   jit_deferred_inner` registered (the first opens a batch entry, announced; the second is
+//!   appended to it, pending: listed, not announced to the debugger), then run (stop). Under plain GDB the frames are unnamed until something announces them; our GDB
+//!   scripts do at the stop.
+//!
 //! Every mode first prints `jit-fn ...` lines in the main host's format (see
 //! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
 
@@ -43,7 +48,7 @@ use jit_interface::format::{decode_all, encode, DecodeError};
 use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
 
 const USAGE: &str =
-    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|blocks|many|late [wait]";
+    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred [wait]";
 
 /// Fixed code address (away from the main host's), so runs are reproducible.
 const BASE: u64 = 0x1b17_0000_0000;
@@ -458,6 +463,20 @@ fn real_main() -> Result<(), String> {
             eprintln!("reader-testhost: debugger seen");
             let _o = jit_interface::register(&late, Format::Compact).map_err(|e| e.to_string())?;
             reader_host_run(starts[2], 1);
+        }
+        "deferred" => {
+            jit_interface::set_deferred(Some(jit_interface::Deferral {
+                max_pending: 1000,
+                max_delay: None,
+            }));
+            let inner = frameless_fn("jit_deferred_inner", brk);
+            let probe = frame_pointer_fn("jit_deferred_outer", 0);
+            let starts = buf.place(&[&inner, &probe])?;
+            let outer = frame_pointer_fn("jit_deferred_outer", starts[0]);
+            let starts = buf.place(&[&inner, &outer])?;
+            let _i = register(&[(&inner, starts[0])], &file, Format::Compact)?;
+            let _o = register(&[(&outer, starts[1])], &file, Format::Compact)?;
+            stop("deferred", starts[1]);
         }
         "reuse" => {
             let old = frame_pointer_fn("jit_old", brk);
