@@ -10,12 +10,12 @@ pub(crate) fn invalid(what: impl std::fmt::Display, offset: usize) -> DecodeErro
 }
 
 /// Most bytes a LEB128 number of 64 bits takes.
-pub(crate) const MAX_LEB_LEN: usize = 10;
+const MAX_LEB_LEN: usize = 10;
 
 /// Writes `v` as ULEB128 at the start of `out` and returns its length (at most
 /// `MAX_LEB_LEN`; `out` must have room for it).
 #[inline]
-pub(crate) fn put_uleb(out: &mut [u8], mut v: u64) -> usize {
+fn put_uleb(out: &mut [u8], mut v: u64) -> usize {
     let mut n = 0;
     while v >= 0x80 {
         out[n] = (v as u8) | 0x80;
@@ -29,7 +29,7 @@ pub(crate) fn put_uleb(out: &mut [u8], mut v: u64) -> usize {
 /// Writes `v` as SLEB128 at the start of `out` and returns its length (at most
 /// `MAX_LEB_LEN`; `out` must have room for it).
 #[inline]
-pub(crate) fn put_sleb(out: &mut [u8], mut v: i64) -> usize {
+fn put_sleb(out: &mut [u8], mut v: i64) -> usize {
     let mut n = 0;
     loop {
         let byte = (v as u8) & 0x7f;
