@@ -1,6 +1,6 @@
 //! Scale host for benchmarks and `tests/scale_*.rs`: registers many fake functions (names,
-//! 8 line rows, canonical frame-pointer frame each; their code is never run) through the
-//! public API, in objects of K functions.
+//! 8 line rows, a frame-pointer prologue each, no epilogue described; their code is never
+//! run) through the public API, in objects of K functions.
 //!
 //! ```text
 //! scale_host reg N K compact|elf        register N functions, K per object; print timing
