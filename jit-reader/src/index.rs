@@ -103,21 +103,30 @@ impl Table {
         let mut names = String::with_capacity(name_bytes);
         let mut rows: Vec<UnwindRow> = Vec::new();
         let mut objects = Vec::with_capacity(decoded.len());
+        // The function appended last, whose rows the next one may share (also across
+        // objects: a bundle of one-function objects).
+        let mut prev: Option<&Function> = None;
         for d in decoded {
             let arch = d.object.arch();
             let lo = funcs.len();
             let fns = d.object.functions();
-            let mut push = |f: &Function| {
-                if let Some(rec) = fn_rec(f, arch, &mut names, &mut rows, funcs.last()) {
+            // Address order; the permutation is only built when needed.
+            let order: Option<Vec<usize>> = (!fns.windows(2).all(|w| w[0].start() <= w[1].start()))
+                .then(|| {
+                    let mut v: Vec<usize> = (0..fns.len()).collect();
+                    v.sort_by_key(|&j| fns[j].start());
+                    v
+                });
+            if objects.last().is_some_and(|o: &Entry| o.arch != arch) {
+                prev = None;
+            }
+            for j in 0..fns.len() {
+                let f = &fns[order.as_ref().map_or(j, |v| v[j])];
+                let last = funcs.last().zip(prev);
+                if let Some(rec) = fn_rec(f, arch, &mut names, &mut rows, last) {
                     funcs.push(rec);
+                    prev = Some(f);
                 }
-            };
-            if fns.windows(2).all(|w| w[0].start() <= w[1].start()) {
-                fns.iter().for_each(&mut push);
-            } else {
-                let mut sorted: Vec<&Function> = fns.iter().collect();
-                sorted.sort_by_key(|f| f.start());
-                sorted.into_iter().for_each(&mut push);
             }
             let (Ok(lo), Ok(hi)) = (u32::try_from(lo), u32::try_from(funcs.len())) else {
                 funcs.truncate(lo);
@@ -137,40 +146,44 @@ impl Table {
             rows: rows.into_boxed_slice(),
         }
     }
-
-    fn object_funcs(&self, obj: u32) -> &[FnRec] {
-        let r = &self.objects[obj as usize].funcs;
-        &self.funcs[r.start as usize..r.end as usize]
-    }
 }
 
 /// Appends `f`'s name and rows; `None` (nothing appended) for a function that cannot be
-/// indexed.
+/// indexed. `prev` is the function appended before, with its record: rows equal to its
+/// rows are shared, not stored again.
 fn fn_rec(
     f: &Function,
     arch: Arch,
     names: &mut String,
     rows: &mut Vec<UnwindRow>,
-    prev: Option<&FnRec>,
+    prev: Option<(&FnRec, &Function)>,
 ) -> Option<FnRec> {
     let end = f.start().checked_add(u64::from(f.size()))?;
     if end <= f.start() {
         return None;
     }
     let name_end = u32::try_from(names.len() + f.name().len()).ok()?;
-    let own = f.frame().rows(arch, u64::from(f.size()));
-    let shared = prev.filter(|p| {
-        let (s, n) = (p.rows_start as usize, p.rows_len as usize);
-        rows.get(s..s + n) == Some(&own[..])
-    });
-    let (rows_start, rows_len) = match shared {
-        Some(p) => (p.rows_start, p.rows_len),
-        None => {
-            let start = u32::try_from(rows.len()).ok()?;
-            let len = u32::try_from(own.len()).ok()?;
-            start.checked_add(len)?;
-            rows.extend_from_slice(&own);
-            (start, len)
+    let (rows_start, rows_len) = match prev {
+        // The same description for the same size: the same rows, without computing them.
+        Some((p, pf)) if pf.size() == f.size() && pf.frame() == f.frame() => {
+            (p.rows_start, p.rows_len)
+        }
+        _ => {
+            let own = f.frame().rows(arch, u64::from(f.size()));
+            let shared = prev.map(|(p, _)| p).filter(|p| {
+                let (s, n) = (p.rows_start as usize, p.rows_len as usize);
+                rows.get(s..s + n) == Some(&own[..])
+            });
+            match shared {
+                Some(p) => (p.rows_start, p.rows_len),
+                None => {
+                    let start = u32::try_from(rows.len()).ok()?;
+                    let len = u32::try_from(own.len()).ok()?;
+                    start.checked_add(len)?;
+                    rows.extend_from_slice(&own);
+                    (start, len)
+                }
+            }
         }
     };
     names.push_str(f.name());
@@ -259,34 +272,88 @@ impl CodeFn {
     }
 }
 
-/// A range of addresses that belongs to one object: a run of its functions, or what newer
-/// registrations left of one. Addresses in it that none of the object's functions covers
-/// (padding between them) belong to no function.
+/// A range of addresses that belongs to a run of consecutive objects of one table, whose
+/// functions follow each other in address order: a run of their functions, or what newer
+/// registrations left of one. Addresses in it that none of its functions covers (padding
+/// between them) belong to no function.
 #[derive(Debug)]
 struct Item {
     /// End (exclusive) of the range.
     end: u64,
     table: Arc<Table>,
-    obj: u32,
+    objs: Range<u32>,
+}
+
+impl Table {
+    /// The functions of objects `objs` (consecutive in `funcs`), and the index of the first.
+    fn span(&self, objs: &Range<u32>) -> (u32, &[FnRec]) {
+        let (Some(first), Some(last)) = (
+            self.objects.get(objs.start as usize),
+            objs.end
+                .checked_sub(1)
+                .and_then(|l| self.objects.get(l as usize)),
+        ) else {
+            return (0, &[]);
+        };
+        let (lo, hi) = (first.funcs.start, last.funcs.end.max(first.funcs.start));
+        (lo, &self.funcs[lo as usize..hi as usize])
+    }
+
+    /// The object (among `objs`) of function `idx`.
+    fn object_of(&self, objs: &Range<u32>, idx: u32) -> u32 {
+        let os = &self.objects[objs.start as usize..objs.end as usize];
+        let k = os
+            .partition_point(|o| o.funcs.start <= idx)
+            .saturating_sub(1);
+        objs.start + k as u32
+    }
+
+    /// What of objects `objs` lies in [lo, hi): `None` if no function does, or if only one
+    /// object does and `mem` shows it dead.
+    fn piece(
+        self: &Arc<Table>,
+        objs: &Range<u32>,
+        lo: u64,
+        hi: u64,
+        mem: &dyn Memory,
+    ) -> Option<Item> {
+        let (first, funcs) = self.span(objs);
+        let i0 = funcs.partition_point(|f| f.end() <= lo);
+        let i1 = funcs.partition_point(|f| f.start < hi);
+        if i0 >= i1 {
+            return None;
+        }
+        let o0 = self.object_of(objs, first + i0 as u32);
+        let o1 = self.object_of(objs, first + i1 as u32 - 1) + 1;
+        if o1 - o0 == 1 && !self.objects[o0 as usize].is_live(mem) {
+            return None;
+        }
+        Some(Item {
+            end: hi,
+            table: self.clone(),
+            objs: o0..o1,
+        })
+    }
 }
 
 impl Item {
-    fn entry(&self) -> &Entry {
-        &self.table.objects[self.obj as usize]
-    }
-
-    /// The function of this item's object containing `addr`.
+    /// The function containing `addr` (which the caller found inside this item's range).
     fn find(&self, addr: u64) -> Option<CodeFn> {
-        let funcs = self.table.object_funcs(self.obj);
+        let (first, funcs) = self.table.span(&self.objs);
         let i = funcs.partition_point(|f| f.start <= addr).checked_sub(1)?;
         let f = &funcs[i];
-        (addr < f.end()).then(|| CodeFn {
+        if addr >= f.end() {
+            return None;
+        }
+        let idx = first + i as u32;
+        let obj = self.table.object_of(&self.objs, idx);
+        Some(CodeFn {
             table: self.table.clone(),
-            obj: self.obj,
-            idx: self.entry().funcs.start + i as u32,
+            obj,
+            idx,
             start: f.start,
             end: f.end(),
-            arch: self.entry().arch,
+            arch: self.table.objects[obj as usize].arch,
         })
     }
 }
@@ -305,8 +372,8 @@ impl Index {
         }
     }
 
-    /// Number of indexed ranges (one per run of adjacent functions of an object; a range
-    /// split by a newer registration counts twice).
+    /// Number of indexed ranges (one per run of adjacent functions; a range split by a newer
+    /// registration counts twice).
     pub fn len(&self) -> usize {
         self.items.len()
     }
@@ -325,26 +392,38 @@ impl Index {
     /// entirely if `mem` shows their object is dead.
     pub fn add(&mut self, decoded: &[Decoded], mem: &dyn Memory) -> usize {
         let table = Arc::new(Table::build(decoded));
-        for obj in 0..table.objects.len() as u32 {
-            let funcs = table.object_funcs(obj);
-            let mut i = 0;
-            while i < funcs.len() {
-                // A run goes on over padding between the object's functions as long as no
-                // other live registration has code there.
-                let start = funcs[i].start;
-                let mut end = funcs[i].end();
-                i += 1;
-                while i < funcs.len() && self.gap_is_free(end, funcs[i].start, mem) {
-                    end = end.max(funcs[i].end());
-                    i += 1;
+        // The run being built: its range and objects.
+        let mut run: Option<(u64, u64, Range<u32>)> = None;
+        for (k, o) in table.objects.iter().enumerate() {
+            let k = k as u32;
+            for (j, f) in table.funcs[o.funcs.start as usize..o.funcs.end as usize]
+                .iter()
+                .enumerate()
+            {
+                // A run goes on over padding as long as no other live registration has code
+                // there, and into the next object if that one's functions all come after.
+                if let Some((_, end, objs)) = &mut run {
+                    let next_object = j == 0 && objs.end <= k;
+                    if (!next_object || f.start >= *end) && self.gap_is_free(*end, f.start, mem) {
+                        *end = (*end).max(f.end());
+                        objs.end = k + 1;
+                        continue;
+                    }
                 }
-                self.insert(start, end, &table, obj, mem);
+                if let Some((start, end, objs)) = run.take() {
+                    self.insert(start, end, &table, objs, mem);
+                }
+                run = Some((f.start, f.end(), k..k + 1));
             }
+        }
+        if let Some((start, end, objs)) = run {
+            self.insert(start, end, &table, objs, mem);
         }
         table.funcs.len()
     }
 
-    /// Does no live range overlap [start, end)? Dead ranges found there are removed.
+    /// Does no live range overlap [start, end)? Dead ranges of one object found there are
+    /// removed; a range of several objects counts as live.
     fn gap_is_free(&mut self, start: u64, end: u64, mem: &dyn Memory) -> bool {
         loop {
             if end <= start {
@@ -356,15 +435,22 @@ impl Index {
             if it.end <= start {
                 return true;
             }
-            if it.entry().is_live(mem) {
+            if it.objs.len() != 1 || it.table.objects[it.objs.start as usize].is_live(mem) {
                 return false;
             }
             self.items.remove(&s);
         }
     }
 
-    /// Makes [start, end) belong to `obj` of `table`.
-    fn insert(&mut self, start: u64, end: u64, table: &Arc<Table>, obj: u32, mem: &dyn Memory) {
+    /// Makes [start, end) belong to objects `objs` of `table`.
+    fn insert(
+        &mut self,
+        start: u64,
+        end: u64,
+        table: &Arc<Table>,
+        objs: Range<u32>,
+        mem: &dyn Memory,
+    ) {
         // Ranges overlapping [start, end): they are disjoint and sorted, so walk down from
         // the last one starting before `end` until one ends at or before `start`.
         let overlapping: Vec<u64> = self
@@ -378,21 +464,16 @@ impl Index {
             let Some(old) = self.items.remove(&s) else {
                 continue;
             };
-            if !old.entry().is_live(mem) {
-                continue;
-            }
+            // What is left of the old range on either side keeps its functions there.
             if s < start {
-                self.items.insert(
-                    s,
-                    Item {
-                        end: start,
-                        table: old.table.clone(),
-                        obj: old.obj,
-                    },
-                );
+                if let Some(left) = old.table.piece(&old.objs, s, start, mem) {
+                    self.items.insert(s, left);
+                }
             }
             if old.end > end {
-                self.items.insert(end, old);
+                if let Some(right) = old.table.piece(&old.objs, end, old.end, mem) {
+                    self.items.insert(end, right);
+                }
             }
         }
         self.items.insert(
@@ -400,7 +481,7 @@ impl Index {
             Item {
                 end,
                 table: table.clone(),
-                obj,
+                objs,
             },
         );
     }
@@ -418,14 +499,32 @@ impl Index {
         self.item_at(addr)?.1.find(addr)
     }
 
-    /// The live function containing `addr`. A range whose object turns out dead is removed.
+    /// The live function containing `addr`. The addresses of an object that turns out dead
+    /// are removed from the index.
     pub fn lookup(&mut self, addr: u64, mem: &dyn Memory) -> Option<CodeFn> {
         let (key, item) = self.item_at(addr)?;
         let func = item.find(addr)?;
         if func.is_live(mem) {
             return Some(func);
         }
-        self.items.remove(&key);
+        let item = self.items.remove(&key)?;
+        // Keep the other objects of the range, on either side of the dead one.
+        let (t, obj) = (&item.table, func.obj);
+        let of = &t.objects[obj as usize].funcs;
+        let (dead_lo, dead_hi) = (
+            t.funcs[of.start as usize].start,
+            t.funcs[of.end as usize - 1].end(),
+        );
+        if key < dead_lo && item.objs.start < obj {
+            if let Some(left) = t.piece(&(item.objs.start..obj), key, dead_lo, mem) {
+                self.items.insert(key, left);
+            }
+        }
+        if dead_hi < item.end && obj + 1 < item.objs.end {
+            if let Some(right) = t.piece(&(obj + 1..item.objs.end), dead_hi, item.end, mem) {
+                self.items.insert(dead_hi, right);
+            }
+        }
         None
     }
 }
@@ -722,5 +821,50 @@ mod tests {
         );
         assert_eq!(ix.len(), 1);
         assert_eq!(name_at(&mut ix, 0x1050, &mem), None);
+    }
+
+    #[test]
+    fn a_bundle_of_adjacent_objects_is_one_range_until_one_dies() {
+        let mut mem = Words::default();
+        let d: Vec<Decoded> = (0..4u64)
+            .map(|i| {
+                mem.0.insert(0x500 + 8 * i, 100 + i);
+                Decoded {
+                    object: object(&[(
+                        ["f0", "f1", "f2", "f3"][i as usize],
+                        0x1000 + 0x40 * i,
+                        0x40,
+                    )]),
+                    live: Some(LiveCheck {
+                        address: 0x500 + 8 * i,
+                        key: 100 + i,
+                    }),
+                }
+            })
+            .collect();
+        let mut ix = Index::new();
+        assert_eq!(ix.add(&d, &mem), 4);
+        assert_eq!(ix.len(), 1);
+        let all = |ix: &mut Index, mem: &Words| -> Vec<Option<String>> {
+            (0..4)
+                .map(|i| name_at(ix, 0x1000 + 0x40 * i + 8, mem))
+                .collect()
+        };
+        assert_eq!(
+            all(&mut ix, &mem),
+            [Some("f0"), Some("f1"), Some("f2"), Some("f3")].map(|n| n.map(String::from))
+        );
+        // The third object is unregistered: its addresses leave the index, the rest stays.
+        mem.0.insert(0x510, 0);
+        assert_eq!(
+            all(&mut ix, &mem),
+            [Some("f0"), Some("f1"), None, Some("f3")].map(|n| n.map(String::from))
+        );
+        assert_eq!(ix.len(), 2);
+        // A newer registration over the first two: the older range goes entirely.
+        ix.add(&decoded(&[("g", 0x1000, 0x80)], None), &mem);
+        assert_eq!(ix.len(), 2);
+        assert_eq!(name_at(&mut ix, 0x1050, &mem).as_deref(), Some("g"));
+        assert_eq!(name_at(&mut ix, 0x10c0, &mem).as_deref(), Some("f3"));
     }
 }

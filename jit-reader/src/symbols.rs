@@ -119,53 +119,53 @@ const SLOT_SPAN: u64 = 4096;
 /// be read (e.g. memory absent from a core file) counts as live, as the format says.
 /// Slots close to each other are read together: a bundle may hold a thousand objects.
 pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tombstone> {
-    let mut slots: Vec<u64> = decoded
+    // (slot address, object index), by address.
+    let mut slots: Vec<(u64, usize)> = decoded
         .iter()
-        .filter_map(|d| d.live.map(|l| l.address))
+        .enumerate()
+        .filter_map(|(i, d)| d.live.map(|l| (l.address, i)))
         .collect();
     if slots.is_empty() {
         return Vec::new();
     }
     slots.sort_unstable();
-    slots.dedup();
-    let mut values: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+    // What each object's slot holds, if it could be read.
+    let mut held: Vec<Option<u64>> = vec![None; decoded.len()];
     let mut buf = Vec::new();
     let mut i = 0;
     while i < slots.len() {
-        let first = slots[i];
+        let first = slots[i].0;
         let mut n = 1;
         while i + n < slots.len()
-            && slots[i + n]
-                .checked_sub(first)
-                .and_then(|d| d.checked_add(8))
-                .is_some_and(|d| d <= SLOT_SPAN)
+            && slots[i + n].0 - first <= SLOT_SPAN - 8
+            && first.checked_add(SLOT_SPAN).is_some()
         {
             n += 1;
         }
         let group = &slots[i..i + n];
-        let span = (group[n - 1] - first + 8) as usize;
+        let span = (group[n - 1].0 - first + 8) as usize;
         buf.resize(span, 0);
-        if n > 1 && first.checked_add(span as u64).is_some() && mem.read(first, &mut buf) {
-            for &a in group {
+        if n > 1 && mem.read(first, &mut buf) {
+            for &(a, k) in group {
                 let o = (a - first) as usize;
                 let word: [u8; 8] = buf[o..o + 8].try_into().unwrap_or_default();
-                values.insert(a, Some(u64::from_le_bytes(word)));
+                held[k] = Some(u64::from_le_bytes(word));
             }
         } else {
             // One slot, or a span with an unreadable page: slot by slot.
-            for &a in group {
-                values.insert(a, mem.read_u64(a));
+            for &(a, k) in group {
+                held[k] = mem.read_u64(a);
             }
         }
         i += n;
     }
     let mut dropped = Vec::new();
+    let mut k = 0;
     decoded.retain(|d| {
-        let Some(live) = d.live else {
-            return true;
-        };
-        match values.get(&live.address).copied().flatten() {
-            Some(found) if found != live.key => {
+        let found = held[k];
+        k += 1;
+        match (d.live, found) {
+            (Some(live), Some(found)) if found != live.key => {
                 dropped.push(Tombstone {
                     first: d
                         .object
