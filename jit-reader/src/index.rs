@@ -16,9 +16,10 @@
 //! Storage is compact because the index lives as long as GDB does and a process may hold
 //! hundreds of thousands of functions: a payload becomes one [`Table`] (a record of 24
 //! bytes per function, the names in one string, unwind rows shared by consecutive
-//! functions that have the same ones), and the map holds one range per run of an object's
-//! functions rather than one per function. A table is freed as soon as no range refers to
-//! it (all of its objects superseded by newer registrations or found dead).
+//! functions that have the same ones), and the map holds one range per run of adjacent
+//! functions (across the consecutive objects of a bundle as long as they follow each other
+//! in address order) rather than one per function. A table is freed as soon as no range
+//! refers to it (all of its objects superseded by newer registrations or found dead).
 
 use std::collections::BTreeMap;
 use std::ops::{Bound, Range};
@@ -81,7 +82,7 @@ impl FnRec {
 /// The functions of one payload (all its objects), in one allocation each for records,
 /// names and rows.
 #[derive(Debug)]
-pub struct Table {
+struct Table {
     objects: Box<[Entry]>,
     funcs: Box<[FnRec]>,
     names: Box<str>,
