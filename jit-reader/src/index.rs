@@ -500,6 +500,16 @@ impl Index {
         self.item_at(addr)?.1.find(addr)
     }
 
+    /// Is `addr` inside an indexed function (live or not)? The unwinder's quick test for
+    /// every frame, JIT or not: no target memory read, no allocation.
+    pub fn covers(&self, addr: u64) -> bool {
+        self.item_at(addr).is_some_and(|(_, item)| {
+            let (_, funcs) = item.table.span(&item.objs);
+            let i = funcs.partition_point(|f| f.start <= addr);
+            i.checked_sub(1).is_some_and(|i| addr < funcs[i].end())
+        })
+    }
+
     /// The live function containing `addr`. The addresses of an object that turns out dead
     /// are removed from the index.
     pub fn lookup(&mut self, addr: u64, mem: &dyn Memory) -> Option<CodeFn> {
@@ -592,6 +602,14 @@ mod tests {
         assert_eq!(name_at(&mut ix2, 0xfff, &mem), None);
         assert_eq!(name_at(&mut ix2, 0x2008, &mem), None);
         assert_eq!(name_at(&mut ix2, u64::MAX, &mem), None);
+        for (addr, inside) in [
+            (0x1000, true),
+            (0x102f, true),
+            (0x1030, false),
+            (0x2008, false),
+        ] {
+            assert_eq!(ix2.covers(addr), inside, "{addr:#x}");
+        }
     }
 
     #[test]

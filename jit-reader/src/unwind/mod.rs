@@ -109,7 +109,7 @@ pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outc
         return Outcome::NotOurs("the PC is unknown");
     };
     // The common case, a PC outside all JIT code, costs two map searches and nothing else.
-    if index.peek(pc).is_none() && pc.checked_sub(1).and_then(|a| index.peek(a)).is_none() {
+    if !index.covers(pc) && !pc.checked_sub(1).is_some_and(|a| index.covers(a)) {
         return Outcome::NotOurs("the PC is not in registered JIT code");
     }
     let frame = FrameRegs {
