@@ -28,8 +28,6 @@
 //! unknown caller: GDB then shows it and ends the backtrace there, instead of handing the
 //! frame to a heuristic unwinder or walking garbage.
 
-use std::sync::Arc;
-
 use jit_interface::Arch;
 
 use crate::index::{CodeFn, Index};
@@ -83,7 +81,7 @@ pub enum Outcome {
     NotOurs(&'static str),
     /// A frame of a JIT function.
     Frame {
-        func: Arc<CodeFn>,
+        func: CodeFn,
         /// The address the function and row were looked up with (PC or PC - 1).
         lookup_pc: u64,
         regs: FrameRegs,
@@ -111,7 +109,7 @@ pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outc
         return Outcome::NotOurs("the PC is unknown");
     };
     // The common case, a PC outside all JIT code, costs two map searches and nothing else.
-    if index.peek(pc).is_none() && pc.checked_sub(1).and_then(|a| index.peek(a)).is_none() {
+    if !index.covers(pc) && !pc.checked_sub(1).is_some_and(|a| index.covers(a)) {
         return Outcome::NotOurs("the PC is not in registered JIT code");
     }
     let frame = FrameRegs {
@@ -142,7 +140,7 @@ pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outc
 }
 
 /// Finds the live function of a frame and the address to look up rows with (module docs).
-fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(Arc<CodeFn>, u64)> {
+fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(CodeFn, u64)> {
     let pc = frame.pc;
     let here = index.lookup(pc, mem);
     if let Some(f) = &here {
