@@ -599,11 +599,15 @@ impl State {
         let batches = std::mem::take(&mut self.pending_batches);
         if n > 0 && descriptor::debugger_attached() {
             for b in batches {
-                // The debugger reads the batch again, whole; it stays open until full, so a
-                // record is read about OPEN_CAPACITY / (2 * record size * max_pending) times
-                // more, and the entries stay few without further merging.
-                let open = self.batches.get(&b).is_some_and(|b| b.open);
-                self.republish(b, open);
+                // The debugger reads the batch again, whole. A batch that is a quarter full
+                // or more is sealed now, so no record is read more than about twice (GDB 13
+                // keeps ~300 bytes for every function each time it reads one, freed
+                // never), and entries stay at most 4 N / OPEN_CAPACITY records' worth.
+                let keep_open = self
+                    .batches
+                    .get(&b)
+                    .is_some_and(|b| b.open && b.buf.len() < OPEN_CAPACITY / 4);
+                self.republish(b, keep_open);
             }
         } else {
             for b in batches {
