@@ -2,7 +2,8 @@
 # deep_host FORMAT DEPTH NATIVE_SO`): stops in deep_host_stop, where one thread is DEPTH JIT
 # frames deep and the other DEPTH native C frames deep, and times `bt` of each, alternately,
 # in several reader states. Every timed backtrace is checked, so a broken one cannot look
-# fast. Prints `BT-BEST STATE:THREAD wall S cpu S frames N` per case, or `BT-FAIL ...`.
+# fast. Prints `BT REP STATE:THREAD wall S cpu S frames N` per timing (REP counts the rounds
+# of a group: timings of one round ran back to back), or `BT-FAIL ...`.
 #
 # Environment:
 #   BT_DEPTH    frames of each recursion
@@ -69,8 +70,8 @@ def main():
     if set(threads) != {"jit", "native"}:
         print(f"BT-FAIL threads {[t.name for t in gdb.selected_inferior().threads()]}")
         return
-    best = {}
-    for st, which in [c for g in GROUPS for _ in range(REPS) for c in g]:
+    rounds = [(rep, c) for g in GROUPS for rep in range(REPS) for c in g]
+    for rep, (st, which) in rounds:
         set_state(st)
         threads[which].switch()
         # Drop the frame cache: every timing unwinds and symbolizes all frames again.
@@ -84,10 +85,7 @@ def main():
             print(f"BT-FAIL {key}: {err}")
             return
         frames = len(re.findall(r"^#\d+ ", out, re.M))
-        w, c, _ = best.get(key, (wall, cpu, frames))
-        best[key] = (min(w, wall), min(c, cpu), frames)
-    for key, (wall, cpu, frames) in best.items():
-        print(f"BT-BEST {key} wall {wall:.4f} cpu {cpu:.4f} frames {frames}")
+        print(f"BT {rep} {key} wall {wall:.5f} cpu {cpu:.5f} frames {frames}")
 
 
 try:

@@ -185,6 +185,17 @@ impl Index {
         (addr < item.end).then_some(&item.func)
     }
 
+    /// Is `addr` or `addr - 1` inside an indexed piece (live or not)? The unwinder's test on
+    /// every frame, one map search: the last piece starting at or before `addr` contains
+    /// `addr` if it ends after it, and `addr - 1` if it ends at it (an earlier piece cannot
+    /// hold `addr - 1` without that last piece starting at `addr`, and so holding `addr`).
+    pub fn covers_or_ends_at(&self, addr: u64) -> bool {
+        self.items
+            .range((Bound::Unbounded, Bound::Included(addr)))
+            .next_back()
+            .is_some_and(|(_, item)| addr <= item.end)
+    }
+
     /// The live function containing `addr`. A piece whose entry turns out dead is removed.
     pub fn lookup(&mut self, addr: u64, mem: &dyn Memory) -> Option<Arc<CodeFn>> {
         let (&key, item) = self
@@ -343,6 +354,27 @@ mod tests {
         ix.add(&decoded(&[("big", 0x0f00, 0x200)], None), &mem);
         assert_eq!(ix.len(), 1);
         assert_eq!(name_at(&mut ix, 0x1020, &mem).as_deref(), Some("big"));
+    }
+
+    #[test]
+    fn covers_or_ends_at_matches_two_lookups() {
+        let mem = Words::default();
+        let mut ix = Index::new();
+        ix.add(
+            &decoded(
+                &[("a", 0x1000, 0x10), ("b", 0x1010, 0x20), ("c", 0x2000, 8)],
+                None,
+            ),
+            &mem,
+        );
+        for addr in (0xff0..0x1040)
+            .chain(0x1ff0..0x2010)
+            .chain([0, 1, u64::MAX])
+        {
+            let two =
+                ix.peek(addr).is_some() || addr.checked_sub(1).and_then(|a| ix.peek(a)).is_some();
+            assert_eq!(ix.covers_or_ends_at(addr), two, "at {addr:#x}");
+        }
     }
 
     #[test]
