@@ -229,9 +229,9 @@ class _Decoder:
 
 
 class JitFunction:
-    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry")
+    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry", "live")
 
-    def __init__(self, name, start, size, file, lines, kind, entry):
+    def __init__(self, name, start, size, file, lines, kind, entry, live=None):
         self.name = name
         self.start = start
         self.size = size
@@ -241,6 +241,8 @@ class JitFunction:
         self.lines = lines
         self.kind = kind
         self.entry = entry
+        # (slot address, key) of the object's live check, or None.
+        self.live = live
 
     @property
     def end(self):
@@ -296,6 +298,14 @@ def _functions_of(doc, entry):
        "problems": [TEXT, ...]}"""
     out = []
     kind, address = entry.kind, entry.address
+    lives = []
+    for o in doc.get("objects") or []:
+        live = o.get("live") if isinstance(o, dict) else None
+        if isinstance(live, dict):
+            lives.append((_int(live.get("address"), "a live slot address"),
+                          _int(live.get("key"), "a live key")))
+        else:
+            lives.append(None)
     for f in doc.get("functions") or []:
         name = f.get("name")
         if not isinstance(name, str):
@@ -306,8 +316,31 @@ def _functions_of(doc, entry):
         if not isinstance(lines, list):
             raise ValueError("the line rows of %s are not a list" % name)
         file = f.get("file")
+        obj = f.get("object")
+        live = lives[obj] if isinstance(obj, int) and 0 <= obj < len(lives) else None
         out.append(JitFunction(name, start, size, file if isinstance(file, str) else None,
-                               lines, kind, address))
+                               lines, kind, address, live))
+    return out
+
+
+def _live_only(funcs):
+    """Drops the functions of unregistered objects: the runtime may unregister an object by
+    clearing its live slot and leave its record in the payload (docs/FORMAT.md, "The live
+    check"). An unreadable slot (absent from a core file) counts as live."""
+    state = {}
+    out = []
+    for f in funcs:
+        if f.live is not None:
+            if f.live not in state:
+                addr, key = f.live
+                try:
+                    slot = struct.unpack("<Q", _read(addr, 8, "a live slot"))[0]
+                    state[f.live] = slot == key
+                except JitError:
+                    state[f.live] = True
+            if not state[f.live]:
+                continue
+        out.append(f)
     return out
 
 
@@ -379,12 +412,12 @@ def scan_entry(address):
     cached = _cache.get((address, payload, size))
     if cached is not None and cached[0] == data:
         _, entry.kind, entry.error, entry.problems, funcs = cached
-        return entry, nxt, list(funcs)
+        return entry, nxt, _live_only(funcs)
     funcs = _decode(entry, data)
     if len(_cache) >= _CACHE_MAX:
         _cache.clear()
     _cache[(address, payload, size)] = (data, entry.kind, entry.error, entry.problems, funcs)
-    return entry, nxt, list(funcs)
+    return entry, nxt, _live_only(funcs)
 
 
 # Decoded payloads by (entry, payload address, size), kept with the bytes they came from: a
@@ -638,6 +671,88 @@ _hook = None
 # The process is gone: drop its decoded payloads (memory only; correctness does not depend
 # on it, as cached results are reused only for identical bytes).
 gdb.events.exited.connect(lambda _event: _cache.clear())
+
+
+# ---------------------------------------------------------------------------------------
+# Deferred registrations (jit_interface::set_deferred / jit_set_deferred): the runtime lists
+# them at once but announces them to the debugger in groups. At every stop of a live
+# process, announce what is pending, so that `bt` names code registered just before.
+
+_pending_counter = {}  # pid -> address of jit_gdb_pending, or None (not a deferring runtime)
+_flushing = [False]
+
+
+def _pending_address(inf):
+    if inf.pid not in _pending_counter:
+        try:
+            text = gdb.execute("info address jit_gdb_pending", to_string=True)
+        except gdb.error:
+            text = ""
+        # A minimal symbol ("is at 0x...") or, with debug info, "is static storage at
+        # address 0x...".
+        m = re.search(r"\bis (?:static storage )?at (?:address )?(0x[0-9a-fA-F]+)", text)
+        if len(_pending_counter) > 64:
+            _pending_counter.clear()
+        _pending_counter[inf.pid] = int(m.group(1), 16) if m else None
+    return _pending_counter[inf.pid]
+
+
+def flush_deferred(quiet=False):
+    """Calls the runtime's jit_gdb_flush_for_debugger if registrations are pending; returns
+    how many were announced (0 if none, None if that was not possible)."""
+    inf = gdb.selected_inferior()
+    if inf is None or inf.pid == 0 or _flushing[0]:
+        return 0
+    conn = getattr(inf, "connection", None)
+    if conn is not None and getattr(conn, "type", None) == "core":
+        return 0
+    addr = _pending_address(inf)
+    if addr is None:
+        return 0
+    try:
+        pending = struct.unpack("<Q", bytes(inf.read_memory(addr, 8)))[0]
+    except (gdb.error, gdb.MemoryError):
+        return 0
+    if pending == 0:
+        return 0
+    _flushing[0] = True
+    language = gdb.parameter("language")
+    locking = gdb.parameter("scheduler-locking")
+    try:
+        # Only this thread runs the call: the flush never waits for the registry lock (it
+        # answers -1 when another thread holds it).
+        gdb.execute("set scheduler-locking on", to_string=True)
+        gdb.execute("set language c", to_string=True)
+        n = int(gdb.parse_and_eval("(long) jit_gdb_flush_for_debugger()"))
+    except gdb.error as e:
+        if not quiet:
+            gdb.write("jit: %d deferred registration(s) not announced: %s\n" % (pending, e))
+        return None
+    finally:
+        gdb.execute("set language %s" % language, to_string=True)
+        gdb.execute("set scheduler-locking %s" % locking, to_string=True)
+        _flushing[0] = False
+    if n < 0:
+        if not quiet:
+            gdb.write(
+                "jit: %d deferred registration(s) not announced: the program stopped inside "
+                "the JIT registry (they are listed: `jit list` shows them)\n" % pending
+            )
+        return None
+    return n
+
+
+def _on_stop_flush(_event):
+    try:
+        flush_deferred()
+    except Exception as e:  # a stop handler must never break the stop itself
+        gdb.write("jit: announcing deferred registrations failed: %s\n" % e)
+
+
+gdb.events.stop.connect(_on_stop_flush)
+gdb.events.exited.connect(lambda _event: _pending_counter.clear())
+# A runtime loaded later (dlopen) brings the counter: look again.
+gdb.events.new_objfile.connect(lambda _event: _pending_counter.clear())
 
 
 def _install_hook():

@@ -547,6 +547,13 @@ fn walk(core: &Core<'_>, descriptor: u64) -> Result<(String, Vec<Entry>, Vec<Str
             core.read(addr, size)
                 .map_err(|e| format!("payload of {size} bytes at {addr:#x}: {e}"))
                 .and_then(|bytes| decode_payload(&bytes).map_err(|e| e.to_string()))
+                .map(|mut info| {
+                    info.drop_unregistered(|slot| {
+                        let b = core.read(slot, 8).ok()?;
+                        Some(u64::from_le_bytes(b.try_into().ok()?))
+                    });
+                    info
+                })
         };
         entries.push(Entry {
             addr: at,

@@ -355,3 +355,119 @@ fn reader_nested_blocks_keep_their_parents() {
         "blocks: jit_inner_scope < jit_inlined < jit_with_blocks < ",
     );
 }
+
+#[test]
+fn registrations_without_a_debugger_are_seen_on_attach_and_later_ones_announced() {
+    if !require_tool("gdb", "reader_late") {
+        return;
+    }
+    let dir = TempDir::new("reader-late");
+    let d = dir.path().display().to_string();
+    let waiting = WaitingHost::start(&host(), &["--source-dir", &d, "late"], dir.path());
+    let out = &waiting.output;
+    // Without a debugger both registrations went into one entry, in place.
+    assert!(out.contains("quiet entries=1"), "{out}");
+    let gone = out
+        .split("gone=")
+        .nth(1)
+        .and_then(|s| parse_hex(s.split_whitespace().next()?))
+        .unwrap_or_else(|| panic!("no gone= address in:\n{out}"));
+    let layout = Layout::parse(out);
+    let core = dir.join("late.core");
+    let t = Gdb::attach(waiting.pid, dir.path())
+        .cmd(load_cmd())
+        .section(
+            "inner",
+            [format!("x/i {:#x}", layout.get("jit_quiet_inner").start)],
+        )
+        .section("gone before", [format!("x/i {gone:#x}")])
+        // The host sees the hook's breakpoint, registers jit_late_outer (announced to GDB
+        // with a stop) and runs it.
+        .cmd("break reader_host_break")
+        .cmd("continue")
+        .section("bt", ["bt"])
+        .section("gone after", [format!("x/i {gone:#x}")])
+        .cmd(format!("gcore {}", core.display()))
+        .cmd("kill")
+        .run();
+    t.assert_contains(Some("inner"), "<jit_quiet_inner");
+    let layout_t = Layout::parse(out);
+    let frames = t.gdb_bt("bt");
+    if let Err(e) = check_frames(
+        &frames,
+        &[
+            "reader_host_break",
+            "jit_quiet_inner",
+            "jit_late_outer",
+            "reader_host_run",
+        ],
+        &layout_t,
+    ) {
+        t.fail(&format!("backtrace after the late registration: {e}"));
+    }
+    // The unregistered object's record is still in the payload, its live slot cleared: no
+    // reader names it.
+    t.assert_not_contains(Some("gone before"), "jit_quiet_gone");
+    t.assert_not_contains(Some("gone after"), "jit_quiet_gone");
+
+    // The core inspector agrees.
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .arg("inspect")
+        .arg(&core)
+        .arg("--exe")
+        .arg(host())
+        .arg("--list")
+        .output()
+        .expect("run jit-gdb inspect");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    for name in ["jit_quiet_inner", "jit_late_outer"] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+    assert!(!text.contains("jit_quiet_gone"), "{text}");
+}
+
+/// Deferred mode: registrations are listed at once but announced to GDB in groups. Plain GDB
+/// does not know the pending ones yet; our GDB scripts announce them at every stop.
+#[test]
+fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
+    if !require_tool("gdb", "reader_deferred") {
+        return;
+    }
+    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let dir = TempDir::new("reader-deferred");
+    let plain = gdb_on(dir.path(), "deferred")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .run();
+    let frames = plain.gdb_bt("bt");
+    // The first registration opened a batch entry (announced with it); the second was
+    // appended to it in place, pending.
+    if frames.iter().any(|f| f.is("jit_deferred_outer")) {
+        plain.fail("plain GDB already knows the pending registration: nothing was deferred");
+    }
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd(script)
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .cmd("set language c")
+        .section("pending", ["p *(long *) &jit_gdb_pending"])
+        .run();
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+    t.assert_contains(Some("pending"), "= 0");
+}

@@ -189,10 +189,11 @@ fn main() {
     println!(
         "registered {} functions at {base:#x}, {} bytes of ELF",
         registration.function_count(),
-        registration.payload().len()
+        registration.payload_len()
     );
     if let Some(path) = std::env::args().nth(1) {
-        std::fs::write(&path, registration.payload()).expect("write the payload");
+        std::fs::write(&path, jit_interface::elf::encode(&obj).expect("encode"))
+            .expect("write the payload");
         println!("payload written to {path}");
     }
 

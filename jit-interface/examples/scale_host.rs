@@ -11,7 +11,9 @@
 //!                                       registered there (or -), stop in
 //!                                       scale_host_checkpoint
 //! ```
-//! Timing goes to stderr as `TOTAL <mode> <seconds> s`.
+//! Timing goes to stderr as `TOTAL <mode> <seconds> s`. With `SCALE_HOST_DEFERRED=M` the
+//! registry runs in deferred mode, announcing every M registrations (`reg` flushes the rest
+//! at the end, timed as `TOTAL flush`).
 
 use std::time::Instant;
 
@@ -77,7 +79,7 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
         i += k;
     }
     let dt = t0.elapsed().as_secs_f64();
-    let bytes: usize = regs.iter().map(|r| r.payload().len()).sum();
+    let bytes: usize = regs.iter().map(|r| r.payload_len()).sum();
     eprintln!(
         "TOTAL reg {dt:.6} s ({:.1} ns/function, {:.1} payload bytes/function)",
         dt * 1e9 / n as f64,
@@ -177,10 +179,35 @@ fn churn(threads: u64, ops: u64, format: Format) {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
+    // SCALE_HOST_DEFERRED=M: deferred mode, announcing every M registrations; the pending rest
+    // is flushed before the checkpoint.
+    let deferred = std::env::var("SCALE_HOST_DEFERRED").ok().map(|v| {
+        v.parse::<usize>()
+            .expect("SCALE_HOST_DEFERRED must be a number")
+    });
+    if let Some(m) = deferred {
+        jit_interface::set_deferred(Some(jit_interface::Deferral {
+            max_pending: m,
+            max_delay: None,
+        }));
+    }
     let num = |i: usize| -> u64 { args[i].parse().expect("number") };
     match args.get(1).map(String::as_str) {
         Some("reg") => {
             let regs = register_all(num(2), num(3), format_arg(&args[4]));
+            if deferred.is_some() {
+                let t0 = Instant::now();
+                let n = jit_interface::flush();
+                eprintln!(
+                    "TOTAL flush {:.6} s ({n} pending)",
+                    t0.elapsed().as_secs_f64()
+                );
+            }
+            let (stops, bytes) = jit_interface::descriptor::notifications();
+            eprintln!(
+                "TOTAL hooks {stops} calls, {bytes} bytes announced, {} entries",
+                jit_interface::descriptor::entry_count()
+            );
             scale_host_checkpoint(regs.len());
             // Exit with everything registered, like the floor: `reg` measures registration.
             std::process::exit(0);

@@ -150,6 +150,23 @@ struct jit_registration *jit_register(struct jit_object *obj, jit_format format)
 void jit_unregister(struct jit_registration *reg);
 
 /**
+ * Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact
+ * registrations made while a debugger is attached no longer stop the process each; they
+ * are listed at once (attach and core files see them) and announced to the debugger
+ * together, when `max_pending` of them are pending, at the first registration
+ * `max_delay_ms` after the oldest pending one (0: no time limit), on `jit_flush`, or when
+ * the program stops under our GDB scripts. `max_pending` 0 turns deferred mode off and
+ * announces what is pending. Returns 0.
+ */
+int jit_set_deferred(size_t max_pending, uint32_t max_delay_ms);
+
+/**
+ * Announces pending deferred registrations to an attached debugger now; returns how many
+ * were pending.
+ */
+size_t jit_flush(void);
+
+/**
  * Why the last failing call on this thread failed ("" if none has failed). The string stays
  * valid until the next failing call on the same thread.
  */
@@ -197,6 +214,14 @@ int jit_perf_flush(void);
  * valid until the process ends.
  */
 const char *jit_perf_error(void);
+
+/**
+ * For debugger scripts, called from the debugger while the process is stopped: announces
+ * pending deferred registrations, unless the registry is busy (a thread was stopped inside
+ * it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
+ * were announced.
+ */
+int64_t jit_gdb_flush_for_debugger(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -414,6 +414,34 @@ pub unsafe extern "C" fn jit_unregister(reg: *mut jit_registration) {
     })
 }
 
+/// Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact
+/// registrations made while a debugger is attached no longer stop the process each; they
+/// are listed at once (attach and core files see them) and announced to the debugger
+/// together, when `max_pending` of them are pending, at the first registration
+/// `max_delay_ms` after the oldest pending one (0: no time limit), on `jit_flush`, or when
+/// the program stops under our GDB scripts. `max_pending` 0 turns deferred mode off and
+/// announces what is pending. Returns 0.
+#[no_mangle]
+pub extern "C" fn jit_set_deferred(max_pending: usize, max_delay_ms: u32) -> c_int {
+    guard(0, || {
+        crate::registry::set_deferred((max_pending > 0).then(|| {
+            crate::registry::Deferral {
+                max_pending,
+                max_delay: (max_delay_ms > 0)
+                    .then(|| std::time::Duration::from_millis(u64::from(max_delay_ms))),
+            }
+        }));
+        Ok(0)
+    })
+}
+
+/// Announces pending deferred registrations to an attached debugger now; returns how many
+/// were pending.
+#[no_mangle]
+pub extern "C" fn jit_flush() -> usize {
+    guard(0, || Ok(crate::registry::flush()))
+}
+
 /// Why the last failing call on this thread failed ("" if none has failed). The string stays
 /// valid until the next failing call on the same thread.
 #[no_mangle]

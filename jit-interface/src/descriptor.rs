@@ -1,12 +1,13 @@
 //! GDB's JIT descriptor and the list of code entries: the only place that touches them.
 //!
 //! The symbols themselves are defined (weakly) in `csrc/jit_descriptor.c`. All list
-//! operations of this library happen under [`LIST_LOCK`]. If another runtime in the process
+//! operations of this library happen under `LIST_LOCK`. If another runtime in the process
 //! defines the symbols strongly (LLVM's GDB listener does), both runtimes append to the same
 //! list, each under its own lock: registrations from the two runtimes must then not run
 //! concurrently (the same restriction LLVM has with any other user of the interface).
 
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// `jit_actions_t` of GDB's interface.
@@ -147,6 +148,11 @@ pub(crate) unsafe fn replace(old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
 /// # Safety
 /// Called with [`LIST_LOCK`] held and `d` the process descriptor.
 unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
+    NOTIFICATIONS.fetch_add(1, Relaxed);
+    if action == JIT_REGISTER_FN {
+        // SAFETY: `entry` is valid per the contract.
+        ANNOUNCED_BYTES.fetch_add(unsafe { (*entry).symfile_size }, Relaxed);
+    }
     // SAFETY: per the contract, `d` is valid and we hold the lock.
     unsafe {
         (*d).relevant_entry = entry;
@@ -155,6 +161,68 @@ unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
         (*d).action_flag = JIT_NOACTION;
         (*d).relevant_entry = ptr::null_mut();
     }
+}
+
+/// Sets the size of a linked entry's payload (the payload grew in place).
+///
+/// # Safety
+/// `entry` is linked, its payload starts at the same address and holds `size` valid bytes.
+pub(crate) unsafe fn set_size(entry: *mut JitCodeEntry, size: usize) {
+    let _guard = lock();
+    // The payload bytes are written before the size (the compiler may not sink them below
+    // the volatile store); a debugger stops the process at an instruction boundary, so it
+    // sees the old size or the new one, both ending on a record boundary.
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: per the contract.
+    unsafe { ptr::write_volatile(ptr::addr_of_mut!((*entry).symfile_size), size as u64) };
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Is a debugger watching the hook right now?
+///
+/// A debugger that uses GDB's JIT interface (GDB, LLDB) keeps a software breakpoint on
+/// `__jit_debug_register_code` while the process runs: on x86-64 its first byte is then
+/// `int3` (0xcc), which the compiler never emits there. Reading our own code byte costs a
+/// load, so registrations without a debugger skip the hook's stops and the consolidation
+/// they would need. A debugger that attaches later reads the whole list anyway; callers read
+/// the byte again after changing an entry in place, so one that attached meanwhile is
+/// notified.
+///
+/// Debuggers that do not plant a software breakpoint there (hardware breakpoints, record
+/// and replay tools such as rr replaying a recording) need `JIT_GDB_ALWAYS_NOTIFY=1` in the
+/// process's environment: every change is then announced as if a debugger were attached.
+/// On architectures other than x86-64 this always answers yes.
+pub fn debugger_attached() -> bool {
+    static ALWAYS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *ALWAYS.get_or_init(|| std::env::var_os("JIT_GDB_ALWAYS_NOTIFY").is_some_and(|v| v == "1")) {
+        return true;
+    }
+    hook_has_breakpoint()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn hook_has_breakpoint() -> bool {
+    const INT3: u8 = 0xcc;
+    let hook = __jit_debug_register_code as unsafe extern "C" fn() as *const u8;
+    std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: the first byte of a function of this process: mapped and readable (x86-64
+    // text is readable). Volatile: a debugger changes it behind the compiler's back.
+    unsafe { ptr::read_volatile(hook) == INT3 }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn hook_has_breakpoint() -> bool {
+    true
+}
+
+static NOTIFICATIONS: AtomicU64 = AtomicU64::new(0);
+static ANNOUNCED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Hook calls made by this library so far (each one a stop when a debugger is attached),
+/// and the payload bytes of the entries they announced (what a debugger read), for
+/// benchmarks and diagnostics.
+pub fn notifications() -> (u64, u64) {
+    (NOTIFICATIONS.load(Relaxed), ANNOUNCED_BYTES.load(Relaxed))
 }
 
 /// Number of entries in the list (all runtimes'), for tests and diagnostics.

@@ -31,6 +31,11 @@
 //! C programs use the same API through `include/jit_interface.h` and the crate's static or
 //! shared library.
 //!
+//! Registration is cheap without a debugger (compact records are appended in place to a
+//! batch entry) and stays cheap under GDB (small entries are consolidated into few batch
+//! entries); [`set_deferred`] announces bursts of registrations to an attached debugger in
+//! groups. See [`register`].
+//!
 //! ## Non-goals
 //! - Variables, parameters and types through compact records: GDB's reader API has none.
 //! - Debugging a stripped executable: GDB finds the interface by symbol name.
@@ -56,10 +61,12 @@ mod registry;
 #[cfg(feature = "runtime")]
 pub use capi::*;
 pub use error::{Error, Result};
-pub use format::{decode, decode_all, encode_bundle, DecodeError, Decoded, LiveCheck};
+pub use format::{
+    decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
+};
 pub use model::{
     Arch, BaseType, Block, CfaBase, Epilogue, Frame, Function, FunctionId, JitObject, LineRow,
     Location, UnwindRow, Variable, VariableKind,
 };
 #[cfg(feature = "runtime")]
-pub use registry::{register, Format, Registration};
+pub use registry::{flush, register, set_deferred, Deferral, Format, Registration};

@@ -1,24 +1,44 @@
 //! Registration: encode an object, link it into GDB's list, unlink it when the handle drops.
 //!
-//! GDB's cost per stop (each hook call) grows with the number of entries it holds, and
-//! attach walks all of them, so small registrations are consolidated into few batch entries:
-//! each registration first gets an entry of its own (visible at once, one stop), every
-//! `FAN_IN` of those are merged into one batch entry, every `FAN_IN` batches into a sealed
-//! one. An unregistration re-encodes only its own batch. The models are kept for that: a
-//! batch payload is always encoded afresh from them (compact: a bundle, each object with its
-//! own live slot; ELF: one object holding all their functions).
+//! Two costs shape this module. Without a debugger, a registration should cost little more
+//! than encoding. With GDB attached, every hook call is a stop (~0.3-0.5 ms), GDB's cost per
+//! stop grows with the number of entries it holds, and attach walks all of them. So:
+//!
+//! - **No debugger** (the hook's first byte is not a breakpoint, see
+//!   [`descriptor::debugger_attached`]): compact records are appended in place to an open
+//!   batch payload (a fixed-capacity buffer whose entry's size grows record by record), with
+//!   no stop and no re-encoding; unregistering clears the object's live slot only (a
+//!   *tombstone*: every reader skips such objects), and a batch is rewritten without its dead
+//!   records once they are the larger part. A debugger that attaches later reads the whole
+//!   list, as GDB always does on attach; the byte is read again after every in-place change,
+//!   so a debugger that attached meanwhile is told about it before the call returns.
+//! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
+//!   before the call returns), every `FAN_IN` of those are merged into one batch entry, every
+//!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. Compact
+//!   records are self-contained, so merging and rewriting copy bytes; ELF batches are
+//!   re-encoded from the kept models.
+//!
+//! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
+//!
+//! **Deferred mode** ([`set_deferred`]) is for runtimes that register bursts of small objects
+//! one by one under a debugger: compact records are then appended in place even while a
+//! debugger is attached (in the list at once, so attach and core files see them) and
+//! announced together ([`flush`], or when `max_pending` registrations or `max_delay` are
+//! reached), one stop for many. Our GDB scripts (and so the `jit-gdb` launcher) announce
+//! pending registrations whenever the program stops, through `jit_gdb_flush_for_debugger`.
 
 use std::cell::UnsafeCell;
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::{Duration, Instant};
 
 use crate::descriptor::{self, JitCodeEntry};
 use crate::error::Result;
 use crate::format::LiveCheck;
-use crate::model::JitObject;
+use crate::model::{Arch, JitObject};
 
 /// Payload format of a registration.
 #[repr(C)]
@@ -42,70 +62,122 @@ impl Format {
 }
 
 /// Objects with at least this many functions get a debugger entry of their own for good:
-/// they register in one stop and are never re-encoded.
+/// they register in one stop and are never copied or re-encoded.
 const BIG_OBJECT: usize = 64;
 
-/// Consolidation fan-in: this many entries of one level are merged into one entry of the
-/// next level. Two levels: a sealed entry holds up to `FAN_IN^2` objects, so GDB holds about
-/// `N / FAN_IN^2 + 2 * FAN_IN` entries for N small registrations. Measured under GDB
-/// (`scripts/bench.sh`): ELF one-by-one registration at 10,000 functions took 1.06 ms each
-/// with a fan-in of 16, 0.74 ms with 32. A larger fan-in makes each unregistration from a
-/// sealed batch re-encode (and GDB re-read) more objects.
+/// Consolidation fan-in under a debugger: this many entries of one level are merged into
+/// one entry of the next level. Two levels: a sealed entry holds up to `FAN_IN^2` objects, so
+/// GDB holds about `N / FAN_IN^2 + 2 * FAN_IN` entries for N small registrations. Measured
+/// under GDB (`scripts/bench.sh`): ELF one-by-one registration at 10,000 functions took
+/// 1.06 ms each with a fan-in of 16, 0.74 ms with 32. A larger fan-in makes each
+/// unregistration from a sealed batch make GDB re-read more objects.
 const FAN_IN: usize = 32;
 
-/// Entries of this level are never merged again (top level, big objects, failed merges).
+/// Entries of this level are never merged again (top level, big objects, failed merges,
+/// in-place batches once filled or seen by a debugger).
 const SEALED: usize = 2;
 
-/// One debugger entry and the payload it points to. Boxed, so its address is stable while
-/// linked.
+/// Capacity of an in-place (no debugger) batch payload. GDB copies a payload whole when it
+/// reads it, and attach reads every entry: 64 KiB holds about 800 one-function objects, so
+/// 100,000 of them make about 125 entries.
+const OPEN_CAPACITY: usize = 64 * 1024;
+
+/// Records larger than this get an entry of their own rather than filling an open batch.
+const OPEN_RECORD_MAX: usize = OPEN_CAPACITY / 4;
+
+/// A batch is rewritten without its dead records once they take more than half of it (and
+/// at least this many bytes: small batches are not worth a rewrite).
+const COMPACT_MIN_DEAD: usize = 4096;
+
+/// One debugger entry. Boxed, so its address is stable while linked.
 struct EntryCell {
-    /// Mutated only under the descriptor's lock (link/unlink/replace) and by the debugger.
+    /// Mutated only under the descriptor's lock and by the debugger.
     entry: UnsafeCell<JitCodeEntry>,
-    /// Never read here: the entry points into it, so it lives as long as the entry.
-    _payload: Arc<[u8]>,
 }
 
 impl EntryCell {
-    fn new(payload: Arc<[u8]>) -> Box<EntryCell> {
-        let mut cell = EntryCell::empty();
-        cell.set(payload);
-        cell
-    }
-
-    /// A cell without payload yet: allocated before the payload is encoded, the entry lies
-    /// before its payload in memory, so a core file cut inside the payload still shows the
-    /// entry (and the cut) to post-mortem tools.
-    fn empty() -> Box<EntryCell> {
+    fn new() -> Box<EntryCell> {
         Box::new(EntryCell {
             entry: UnsafeCell::new(JitCodeEntry::new(&[])),
-            _payload: Arc::new([]),
         })
     }
+}
 
-    /// Points the (unlinked) entry at `payload`.
-    fn set(&mut self, payload: Arc<[u8]>) {
-        *self.entry.get_mut() = JitCodeEntry::new(&payload);
-        self._payload = payload;
-    }
+/// Where a member's data is in its batch.
+#[derive(Clone, Copy)]
+struct Slot {
+    id: u64,
+    /// Byte range of the member's record in a compact payload (unused for ELF).
+    at: usize,
+    len: usize,
 }
 
 /// A debugger entry holding one or more registered objects.
 struct Batch {
+    /// The entry cell is allocated before the payload (callers of `Batch::new` do), so that it
+    /// usually lies before it in memory: a core file cut inside the payload still shows the
+    /// entry (and the cut).
     cell: Box<EntryCell>,
-    members: Vec<u64>,
+    /// The payload the entry points to. Never reallocated while linked: in-place appends
+    /// stay within the capacity it was created with.
+    buf: Vec<u8>,
+    members: Vec<Slot>,
+    /// Live slots of unregistered objects whose records are still in `buf` (tombstones): they
+    /// must stay valid, holding 0, as long as a linked payload names them. Boxed: payloads
+    /// name each slot's address, so it must not move when the vector grows.
+    #[allow(clippy::vec_box)]
+    graves: Vec<Box<AtomicU64>>,
+    /// Bytes of `buf` taken by tombstoned records.
+    dead: usize,
     level: usize,
     format: Format,
+    /// Appended to in place while no debugger is attached (or in deferred mode).
+    open: bool,
+    /// Records appended while a debugger was attached and not yet announced (deferred mode).
+    pending: usize,
 }
 
-/// A registered object, kept so that its batch can be re-encoded without it or merged.
+impl Batch {
+    fn new(
+        cell: Box<EntryCell>,
+        format: Format,
+        level: usize,
+        buf: Vec<u8>,
+        members: Vec<Slot>,
+    ) -> Batch {
+        Batch {
+            cell,
+            buf,
+            members,
+            graves: Vec::new(),
+            dead: 0,
+            level,
+            format,
+            open: false,
+            pending: 0,
+        }
+    }
+
+    fn entry(&self) -> *mut JitCodeEntry {
+        self.cell.entry.get()
+    }
+
+    /// Points the (not yet linked) entry at the payload.
+    fn point_entry(&mut self) {
+        *self.cell.entry.get_mut() = JitCodeEntry::new(&self.buf);
+    }
+}
+
+/// A registered object.
 struct Member {
-    model: Arc<JitObject>,
-    /// Nonzero while registered; cleared once no linked entry holds the object. The compact
-    /// payload names this slot's address and value so that the GDB reader can tell live code
-    /// from freed and reused code (GDB never tells the reader about unregistration). Boxed:
-    /// the address must not move.
+    /// Nonzero while registered. Every payload holding the object names this slot's address
+    /// and value, so that readers can tell live objects from unregistered ones (GDB never
+    /// tells a reader about unregistration, and unregistering without a debugger leaves the
+    /// record in place). Boxed: the address must not move.
     live: Box<AtomicU64>,
     batch: u64,
+    /// ELF only: batches are re-encoded from the models.
+    model: Option<Arc<JitObject>>,
 }
 
 /// B-trees rather than hash maps: their nodes are referenced by start address, so leak
@@ -114,9 +186,73 @@ struct Member {
 struct State {
     batches: BTreeMap<u64, Batch>,
     members: BTreeMap<u64, Member>,
-    /// Unsealed batches per format and level, in registration order.
-    open: BTreeMap<(u8, usize), Vec<u64>>,
+    /// Unsealed batches per format and level, in registration order (debugger attached).
+    levels: BTreeMap<(u8, usize), Vec<u64>>,
+    /// The compact batch appended to in place, per architecture (no debugger).
+    open: BTreeMap<u8, u64>,
     next_id: u64,
+    deferred: Option<Deferral>,
+    /// Registrations appended while a debugger was attached and not announced yet, the
+    /// batches holding them, and when the oldest was appended.
+    pending: usize,
+    pending_batches: Vec<u64>,
+    pending_since: Option<Instant>,
+}
+
+/// When deferred registrations are announced to an attached debugger (see [`set_deferred`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferral {
+    /// Announce once this many registrations are pending (at least 1).
+    pub max_pending: usize,
+    /// Announce at the first registration made this long after the oldest pending one
+    /// (`None`: no time limit). There is no timer thread: an idle runtime's pending
+    /// registrations wait for [`flush`], the next registration, or the debugger's next stop
+    /// (our GDB scripts announce them then).
+    pub max_delay: Option<Duration>,
+}
+
+/// Registrations not yet announced to an attached debugger, for debugger scripts: our GDB
+/// extension reads it at every stop and, when nonzero, calls [`jit_gdb_flush_for_debugger`].
+#[no_mangle]
+#[used]
+pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
+
+/// Turns deferred mode on (`Some`) or off (`None`: pending registrations are announced
+/// now). In deferred mode small compact registrations never stop the process: they are
+/// appended in place to a batch entry (listed at once, so attach and core files see them) and
+/// an attached debugger reads them at the next announcement. ELF registrations and objects of
+/// 64 functions or more are announced at once as usual.
+pub fn set_deferred(deferral: Option<Deferral>) {
+    // Keeps the debugger's entry point in the executable when deferred mode is used.
+    std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
+    let mut st = registry();
+    st.deferred = deferral.map(|d| Deferral {
+        max_pending: d.max_pending.max(1),
+        ..d
+    });
+    if st.deferred.is_none() {
+        st.flush();
+    }
+}
+
+/// Announces pending deferred registrations to an attached debugger (one stop per batch
+/// entry holding some); returns how many registrations were pending.
+pub fn flush() -> usize {
+    registry().flush()
+}
+
+/// For debugger scripts, called from the debugger while the process is stopped: announces
+/// pending deferred registrations, unless the registry is busy (a thread was stopped inside
+/// it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
+/// were announced.
+#[no_mangle]
+pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
+    let lock = REGISTRY.get_or_init(Mutex::default);
+    match lock.try_lock() {
+        Ok(mut st) => st.flush() as i64,
+        Err(TryLockError::Poisoned(e)) => e.into_inner().flush() as i64,
+        Err(TryLockError::WouldBlock) => -1,
+    }
 }
 
 // SAFETY: the entries' raw pointers are only read or written under the descriptor's lock or by
@@ -134,13 +270,13 @@ fn registry() -> MutexGuard<'static, State> {
         .unwrap_or_else(|e| e.into_inner())
 }
 
-/// A registered object. Dropping it unregisters the object: the debugger forgets its
-/// functions and their debug data is freed.
+/// A registered object. Dropping it unregisters the object: debuggers forget its functions
+/// and its debug data is freed.
 pub struct Registration {
     id: u64,
     format: Format,
     functions: usize,
-    payload: Arc<[u8]>,
+    payload_len: usize,
 }
 
 /// A fresh nonzero key for a live slot: unique per registration within a process, and
@@ -150,9 +286,11 @@ fn fresh_live_key() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
     let seed = *SEED.get_or_init(|| RandomState::new().build_hasher().finish());
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(seed ^ n);
-    h.finish() | 1
+    // A cheap mix (splitmix64) of seed and counter: distinct per registration.
+    let mut z = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    (z ^ (z >> 31)) | 1
 }
 
 fn live_check(live: &AtomicU64) -> LiveCheck {
@@ -164,58 +302,106 @@ fn live_check(live: &AtomicU64) -> LiveCheck {
 
 /// Encodes `object` in `format` and registers it with the debugger.
 ///
-/// The object is in the descriptor's list, and the debugger (if any) has read it, when this
-/// returns. Small objects first get an entry of their own; every `FAN_IN` of them are then
-/// merged into one entry, and every `FAN_IN` of those into a sealed one, so the debugger
-/// holds few entries however many registrations are live (its cost per stop grows with
-/// them).
+/// The object is in the descriptor's list, consistent, when this returns (attach and core
+/// files see it), and a debugger attached at that moment has read it (unless deferred mode
+/// is on: see [`set_deferred`]).
+///
+/// Without a debugger (no `int3` on `__jit_debug_register_code`'s first byte) a compact
+/// object is appended in place to a batch entry: no stop, nothing re-encoded. With GDB
+/// attached, each registration gets an entry of its own (one stop), and small entries are
+/// merged 32 at a time into batch entries, 32 of those into sealed ones, so GDB holds few
+/// entries however many objects are live. Objects with 64 functions or more get an entry of
+/// their own for good. Set `JIT_GDB_ALWAYS_NOTIFY=1` for debuggers that do not plant an
+/// `int3` there (hardware breakpoints, rr replay).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
-    object.validate()?;
-    let mut cell = EntryCell::empty();
-    let live = Box::new(AtomicU64::new(fresh_live_key()));
-    let payload: Arc<[u8]> = match format {
-        Format::Compact => crate::format::encode(object, Some(live_check(&live)))?,
-        Format::Elf => crate::elf::encode(object)?,
+    thread_local! {
+        /// Compact records are encoded here, then copied into their batch: no allocation per
+        /// registration for the record.
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    .into();
-    cell.set(payload.clone());
+    object.validate()?;
+    let live = Box::new(AtomicU64::new(fresh_live_key()));
     let functions = object.functions().len();
-    let model = Arc::new(object.clone());
-    let id = {
-        let mut st = registry();
-        let id = st.fresh_id();
-        let batch_id = st.fresh_id();
-        let level = if functions >= BIG_OBJECT { SEALED } else { 0 };
-        let batch = Batch {
-            cell,
-            members: vec![id],
-            level,
-            format,
+    let big = functions >= BIG_OBJECT;
+    let arch = object.arch();
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        // Encode before taking the lock: registrations from several threads encode in
+        // parallel.
+        let (mut elf, model) = match format {
+            Format::Compact => {
+                scratch.clear();
+                crate::format::encode_record(&mut scratch, object, Some(live_check(&live)))?;
+                (None, None)
+            }
+            Format::Elf => (
+                Some(crate::elf::encode(object)?),
+                Some(Arc::new(object.clone())),
+            ),
         };
-        st.members.insert(
+        let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
+        let payload_len = match format {
+            Format::Compact => crate::format::HEADER_LEN + record_len,
+            Format::Elf => record_len,
+        };
+        let id = {
+            let mut st = registry();
+            let id = st.fresh_id();
+            let attached = descriptor::debugger_attached();
+            let quiet = format == Format::Compact
+                && !big
+                && record_len <= OPEN_RECORD_MAX
+                && (!attached || st.deferred.is_some());
+            let batch_id = if quiet {
+                st.append_quietly(id, arch, &scratch)
+            } else {
+                if attached && st.deferred.is_none() {
+                    st.close_open_batches();
+                }
+                // Allocated before the payload: see `Batch::cell`.
+                let cell = EntryCell::new();
+                let buf = match format {
+                    Format::Compact => {
+                        let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record_len);
+                        buf.extend_from_slice(&crate::format::header(arch));
+                        buf.extend_from_slice(&scratch);
+                        buf
+                    }
+                    Format::Elf => elf.take().unwrap_or_default(),
+                };
+                let at = buf.len() - record_len;
+                let level = if big { SEALED } else { 0 };
+                let slot = Slot {
+                    id,
+                    at,
+                    len: record_len,
+                };
+                st.link_new(cell, format, level, buf, vec![slot])
+            };
+            st.members.insert(
+                id,
+                Member {
+                    live,
+                    batch: batch_id,
+                    model,
+                },
+            );
+            if !quiet && !big {
+                st.level_push(format, 0, batch_id);
+            }
+            if quiet {
+                st.flush_if_due();
+            }
+            id
+        };
+        // Profiler outputs (perf map, jitdump) never fail the registration.
+        crate::perf::registered(object);
+        Ok(Registration {
             id,
-            Member {
-                model,
-                live,
-                batch: batch_id,
-            },
-        );
-        // SAFETY: the cell is boxed (stable address) and owns its payload; it stays alive
-        // until it is unlinked or replaced (`State::remove`, `State::merge`).
-        unsafe { descriptor::link(batch.cell.entry.get()) };
-        st.batches.insert(batch_id, batch);
-        if level < SEALED {
-            st.open_push(format, level, batch_id);
-        }
-        id
-    };
-    // Profiler outputs (perf map, jitdump) never fail the registration.
-    crate::perf::registered(object);
-    Ok(Registration {
-        id,
-        format,
-        functions,
-        payload,
+            format,
+            functions,
+            payload_len,
+        })
     })
 }
 
@@ -225,29 +411,234 @@ impl State {
         self.next_id
     }
 
-    fn open_push(&mut self, format: Format, level: usize, batch: u64) {
-        let open = self.open.entry((format as u8, level)).or_default();
-        open.push(batch);
-        if open.len() >= FAN_IN {
-            let ids = std::mem::take(open);
+    /// Links a new entry (`cell`, allocated before `buf`) for `buf` holding `members`;
+    /// returns its batch id.
+    fn link_new(
+        &mut self,
+        cell: Box<EntryCell>,
+        format: Format,
+        level: usize,
+        buf: Vec<u8>,
+        members: Vec<Slot>,
+    ) -> u64 {
+        let mut batch = Batch::new(cell, format, level, buf, members);
+        batch.point_entry();
+        // SAFETY: the cell is boxed (stable address) and its payload is owned by the same
+        // batch, never reallocated while linked; both live until the entry is unlinked or
+        // replaced (`unlink_batch`, `rewrite`, `republish`).
+        unsafe { descriptor::link(batch.entry()) };
+        let batch_id = self.fresh_id();
+        for s in &batch.members {
+            if let Some(m) = self.members.get_mut(&s.id) {
+                m.batch = batch_id;
+            }
+        }
+        self.batches.insert(batch_id, batch);
+        batch_id
+    }
+
+    /// Appends a compact record to the open batch of `arch` in place (a new open batch when
+    /// there is none or it is full). No debugger was attached when the caller looked; if one
+    /// is attached now it may have read the payload before the append, so it is told.
+    fn append_quietly(&mut self, id: u64, arch: Arch, record: &[u8]) -> u64 {
+        let key = crate::format::arch_code(arch);
+        let fits = |b: &Batch| b.buf.len() + record.len() <= b.buf.capacity();
+        if let Some(&batch_id) = self.open.get(&key) {
+            if let Some(batch) = self.batches.get_mut(&batch_id).filter(|b| fits(b)) {
+                let at = batch.buf.len();
+                batch.buf.extend_from_slice(record);
+                batch.members.push(Slot {
+                    id,
+                    at,
+                    len: record.len(),
+                });
+                // SAFETY: the entry is linked and points at `buf`, which did not move (the
+                // append stayed within its capacity); the new size ends on a record boundary.
+                unsafe { descriptor::set_size(batch.entry(), batch.buf.len()) };
+                if descriptor::debugger_attached() {
+                    if self.deferred.is_some() {
+                        self.note_pending(batch_id);
+                    } else {
+                        self.republish(batch_id, false);
+                    }
+                }
+                return batch_id;
+            }
+            // Full: it stays as it is, sealed.
+            self.seal(batch_id);
+        }
+        // Allocated before the payload: see `Batch::cell`.
+        let cell = EntryCell::new();
+        let mut buf =
+            Vec::with_capacity(OPEN_CAPACITY.max(crate::format::HEADER_LEN + record.len()));
+        buf.extend_from_slice(&crate::format::header(arch));
+        let at = buf.len();
+        buf.extend_from_slice(record);
+        let batch_id = self.link_new(
+            cell,
+            Format::Compact,
+            SEALED,
+            buf,
+            vec![Slot {
+                id,
+                at,
+                len: record.len(),
+            }],
+        );
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            b.open = true;
+        }
+        self.open.insert(key, batch_id);
+        batch_id
+    }
+
+    /// Stops appending to `batch_id` in place.
+    fn seal(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            b.open = false;
+        }
+        self.open.retain(|_, b| *b != batch_id);
+    }
+
+    /// A debugger is attached: open batches stop growing in place (it has read them, on
+    /// attach, or is told about them by `republish`).
+    fn close_open_batches(&mut self) {
+        let ids: Vec<u64> = self.open.values().copied().collect();
+        for b in ids {
+            self.seal(b);
+        }
+    }
+
+    /// Makes an attached debugger re-read batch `batch_id` (same payload, new entry): it
+    /// drops what it had read for the old entry. Unless `keep_open`, the batch is sealed: a
+    /// debugger is watching.
+    fn republish(&mut self, batch_id: u64, keep_open: bool) {
+        let Some(batch) = self.batches.get_mut(&batch_id) else {
+            return;
+        };
+        self.pending -= batch.pending;
+        batch.pending = 0;
+        let mut cell = EntryCell::new();
+        *cell.entry.get_mut() = JitCodeEntry::new(&batch.buf);
+        // SAFETY: the old cell is linked; the new one is boxed, points at the same payload
+        // (owned by the batch), and takes the old one's place in the batch right after.
+        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
+        batch.cell = cell;
+        if !keep_open {
+            self.seal(batch_id);
+        }
+    }
+
+    /// A record was appended to `batch_id` in place while a debugger is attached (deferred
+    /// mode): it is announced at the next flush.
+    fn note_pending(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            if b.pending == 0 {
+                self.pending_batches.push(batch_id);
+            }
+            b.pending += 1;
+            self.pending += 1;
+            self.pending_since.get_or_insert_with(Instant::now);
+            jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn flush_if_due(&mut self) {
+        let Some(d) = self.deferred else {
+            return;
+        };
+        let late = || {
+            d.max_delay
+                .zip(self.pending_since)
+                .is_some_and(|(delay, since)| since.elapsed() >= delay)
+        };
+        if self.pending >= d.max_pending || (self.pending > 0 && late()) {
+            self.flush();
+        }
+    }
+
+    /// Announces every pending batch (if a debugger is still attached: one that attached
+    /// meanwhile read them on attach anyway). Returns how many registrations were pending.
+    fn flush(&mut self) -> usize {
+        let n = self.pending;
+        let batches = std::mem::take(&mut self.pending_batches);
+        if n > 0 && descriptor::debugger_attached() {
+            for b in batches {
+                // The debugger reads the batch again, whole; it stays open until full, so a
+                // record is read about OPEN_CAPACITY / (2 * record size * max_pending) times
+                // more, and the entries stay few without further merging.
+                let open = self.batches.get(&b).is_some_and(|b| b.open);
+                self.republish(b, open);
+            }
+        } else {
+            for b in batches {
+                if let Some(b) = self.batches.get_mut(&b) {
+                    b.pending = 0;
+                }
+            }
+        }
+        self.pending = 0;
+        self.pending_since = None;
+        jit_gdb_pending.store(0, Ordering::Relaxed);
+        n
+    }
+
+    /// Forgets the pending records of a batch that is rewritten or unlinked (the debugger
+    /// is told about it as a whole).
+    fn drop_pending(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(&batch_id) {
+            if b.pending > 0 {
+                self.pending -= b.pending;
+                b.pending = 0;
+                self.pending_batches.retain(|&p| p != batch_id);
+                if self.pending == 0 {
+                    self.pending_since = None;
+                }
+                jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn level_push(&mut self, format: Format, level: usize, batch: u64) {
+        let list = self.levels.entry((format as u8, level)).or_default();
+        list.push(batch);
+        if list.len() >= FAN_IN {
+            let ids = std::mem::take(list);
             self.merge(format, level, ids);
         }
     }
 
-    /// The payload of an entry holding `members`.
-    fn encode(&self, format: Format, members: &[u64]) -> Result<Vec<u8>> {
-        let ms: Vec<&Member> = members.iter().map(|m| &self.members[m]).collect();
+    /// The payload of an entry holding the current members of `batches`, and their slots in
+    /// it. Compact records are copied as bytes (tombstones left out); ELF objects are encoded
+    /// afresh from their models.
+    fn build(&self, format: Format, batches: &[u64]) -> Result<(Vec<u8>, Vec<Slot>)> {
+        let parts: Vec<&Batch> = batches.iter().filter_map(|b| self.batches.get(b)).collect();
         match format {
             Format::Compact => {
-                let objects: Vec<_> = ms
-                    .iter()
-                    .map(|m| (&*m.model, Some(live_check(&m.live))))
-                    .collect();
-                crate::format::encode_bundle(&objects)
+                let live: usize = parts.iter().flat_map(|b| &b.members).map(|s| s.len).sum();
+                let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + live);
+                let mut slots = Vec::new();
+                for b in parts {
+                    if buf.is_empty() {
+                        buf.extend_from_slice(&b.buf[..crate::format::HEADER_LEN]);
+                    }
+                    for s in &b.members {
+                        let at = buf.len();
+                        buf.extend_from_slice(&b.buf[s.at..s.at + s.len]);
+                        slots.push(Slot { at, ..*s });
+                    }
+                }
+                Ok((buf, slots))
             }
             Format::Elf => {
-                let arch = ms[0].model.arch();
-                crate::elf::encode(&JitObject::merged(arch, ms.iter().map(|m| &*m.model)))
+                let slots: Vec<Slot> = parts.iter().flat_map(|b| b.members.clone()).collect();
+                let models: Vec<&JitObject> = slots
+                    .iter()
+                    .filter_map(|s| self.members.get(&s.id)?.model.as_deref())
+                    .collect();
+                let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
+                let buf = crate::elf::encode(&JitObject::merged(arch, models.iter().copied()))?;
+                Ok((buf, slots))
             }
         }
     }
@@ -256,11 +647,8 @@ impl State {
     /// their objects: one stop to read it, one per old entry to drop it. A core file taken
     /// in between may show an object twice, never not at all.
     fn merge(&mut self, format: Format, level: usize, ids: Vec<u64>) {
-        let members: Vec<u64> = ids
-            .iter()
-            .flat_map(|b| self.batches[b].members.iter().copied())
-            .collect();
-        let Ok(payload) = self.encode(format, &members) else {
+        let cell = EntryCell::new();
+        let Ok((buf, slots)) = self.build(format, &ids) else {
             // Only ELF can refuse a merge (functions of different objects overlapping in one
             // ELF object): keep those entries as they are, and stop trying.
             for b in &ids {
@@ -270,77 +658,122 @@ impl State {
             }
             return;
         };
-        let new_id = self.fresh_id();
         let new_level = (level + 1).min(SEALED);
-        let batch = Batch {
-            cell: EntryCell::new(payload.into()),
-            members,
-            level: new_level,
-            format,
-        };
-        // SAFETY: as in `register`.
-        unsafe { descriptor::link(batch.cell.entry.get()) };
-        for m in &batch.members {
-            if let Some(member) = self.members.get_mut(m) {
-                member.batch = new_id;
-            }
-        }
+        let new_id = self.link_new(cell, format, new_level, buf, slots);
         for b in ids {
-            if let Some(old) = self.batches.remove(&b) {
-                // SAFETY: linked when created, unlinked only here or in `remove`, which also
-                // takes it out of `batches`.
-                unsafe { descriptor::unlink(old.cell.entry.get()) };
-            }
+            self.unlink_batch(b);
         }
-        self.batches.insert(new_id, batch);
         if new_level < SEALED {
-            self.open_push(format, new_level, new_id);
+            self.level_push(format, new_level, new_id);
         }
     }
 
-    /// Unregisters member `id`: its entry is unlinked if it held nothing else, otherwise
-    /// re-encoded without it (only that entry: one stop to drop it, one to read the new one).
+    /// Unlinks and frees batch `batch_id`.
+    fn unlink_batch(&mut self, batch_id: u64) {
+        self.drop_pending(batch_id);
+        let Some(batch) = self.batches.remove(&batch_id) else {
+            return;
+        };
+        // SAFETY: linked when created (`link_new`) or swapped in (`rewrite`, `republish`),
+        // unlinked only
+        // here, which also takes it out of `batches`.
+        unsafe { descriptor::unlink(batch.entry()) };
+        if batch.level < SEALED {
+            if let Some(list) = self.levels.get_mut(&(batch.format as u8, batch.level)) {
+                list.retain(|&b| b != batch_id);
+            }
+        }
+        self.open.retain(|_, b| *b != batch_id);
+        // The batch (payload and tombstone slots) is freed here, after the unlink.
+    }
+
+    /// Rewrites batch `batch_id` with only its current members (dead records dropped) and
+    /// swaps the new entry into the old one's place: one pointer store, then the debugger
+    /// drops the old entry and reads the new one.
+    fn rewrite(&mut self, batch_id: u64) {
+        self.drop_pending(batch_id);
+        let Some(batch) = self.batches.get(&batch_id) else {
+            return;
+        };
+        let (format, open) = (batch.format, batch.open);
+        let mut cell = EntryCell::new();
+        // A subset of objects that encoded together encodes again; should it ever fail, the
+        // dead objects stay visible to the debugger (stale) rather than the list breaking.
+        let Ok((mut buf, slots)) = self.build(format, &[batch_id]) else {
+            return;
+        };
+        if open {
+            // Keep the open batch appendable.
+            buf.reserve_exact(OPEN_CAPACITY.saturating_sub(buf.len()));
+        }
+        let Some(batch) = self.batches.get_mut(&batch_id) else {
+            return;
+        };
+        *cell.entry.get_mut() = JitCodeEntry::new(&buf);
+        // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
+        // take the old ones' place in the batch right after (the old payload and graves are
+        // freed only then, after the debugger was told).
+        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
+        batch.cell = cell;
+        batch.buf = buf;
+        batch.members = slots;
+        batch.graves.clear();
+        batch.dead = 0;
+    }
+
+    /// Unregisters member `id`. Its entry is unlinked if it held nothing else. Otherwise,
+    /// without a debugger, the object's live slot is cleared and its record left in place (a
+    /// tombstone, skipped by every reader); with one, the batch is rewritten without it.
     fn remove(&mut self, id: u64) {
-        let Some(member) = self.members.get(&id) else {
+        let Some(member) = self.members.remove(&id) else {
             return;
         };
         let batch_id = member.batch;
         let Some(batch) = self.batches.get_mut(&batch_id) else {
+            member.live.store(0, Ordering::Release);
             return;
         };
-        batch.members.retain(|&m| m != id);
+        let Some(pos) = batch.members.iter().position(|s| s.id == id) else {
+            member.live.store(0, Ordering::Release);
+            return;
+        };
+        let slot = batch.members.remove(pos);
         if batch.members.is_empty() {
-            let batch = self.batches.remove(&batch_id).expect("looked up above");
-            // SAFETY: see `merge`.
-            unsafe { descriptor::unlink(batch.cell.entry.get()) };
-            if batch.level < SEALED {
-                if let Some(open) = self.open.get_mut(&(batch.format as u8, batch.level)) {
-                    open.retain(|&b| b != batch_id);
-                }
-            }
-        } else {
-            let (format, members) = (batch.format, batch.members.clone());
-            // A subset of objects that encoded together encodes again; should it ever fail,
-            // the object stays visible to the debugger (stale) rather than the list breaking.
-            if let Ok(payload) = self.encode(format, &members) {
-                let batch = self.batches.get_mut(&batch_id).expect("looked up above");
-                let cell = EntryCell::new(payload.into());
-                // SAFETY: the old cell is linked (see `merge`); the new one is boxed and owns
-                // its payload, and replaces the old one in the batch right after.
-                unsafe { descriptor::replace(batch.cell.entry.get(), cell.entry.get()) };
-                batch.cell = cell;
-            }
+            self.unlink_batch(batch_id);
+            member.live.store(0, Ordering::Release);
+            return;
         }
-        let member = self.members.remove(&id).expect("looked up above");
+        if batch.format == Format::Compact && !descriptor::debugger_attached() {
+            member.live.store(0, Ordering::Release);
+            batch.dead += slot.len;
+            batch.graves.push(member.live);
+            if descriptor::debugger_attached() {
+                // Attached meanwhile: it may have read the object while live.
+                self.rewrite(batch_id);
+                if self.deferred.is_none() {
+                    self.seal(batch_id);
+                }
+            } else if batch.dead >= COMPACT_MIN_DEAD && batch.dead * 2 > batch.buf.len() {
+                self.rewrite(batch_id);
+            }
+            return;
+        }
+        self.rewrite(batch_id);
+        // The debugger read the rewritten batch whole; outside deferred mode it would have to
+        // re-read it at every append, so appends go elsewhere.
+        if self.deferred.is_none() && self.open.values().any(|&b| b == batch_id) {
+            self.seal(batch_id);
+        }
         member.live.store(0, Ordering::Release);
     }
 }
 
 impl Registration {
-    /// This object's own encoded payload (a debugger entry may hold it together with other
-    /// objects: see [`register`]).
-    pub fn payload(&self) -> &[u8] {
-        &self.payload
+    /// Size in bytes of this object's own payload (header and record for compact records,
+    /// the ELF object for ELF); a debugger entry may hold it together with other objects:
+    /// see [`register`].
+    pub fn payload_len(&self) -> usize {
+        self.payload_len
     }
 
     /// Payload format.
@@ -365,7 +798,7 @@ impl std::fmt::Debug for Registration {
         f.debug_struct("Registration")
             .field("format", &self.format)
             .field("functions", &self.functions)
-            .field("payload_bytes", &self.payload.len())
+            .field("payload_len", &self.payload_len)
             .finish()
     }
 }

@@ -25,6 +25,19 @@
 //! - `many`: `READER_HOST_MANY` (default 100,000) functions with lines in one entry, at
 //!   addresses without code, plus `jit_intact_inner` (stop): for timing GDB by hand.
 //!
+//! - `late` (run outside any debugger, then attached to): `jit_quiet_inner` and
+//!   `jit_quiet_gone` are registered while no debugger is attached (appended in place to one
+//!   entry) and `jit_quiet_gone` unregistered (its record stays, its live slot cleared). The
+//!   host prints the entry count and `ready pid=PID`, then waits (up to 120 s) until a
+//!   debugger plants its breakpoint on the hook, registers `jit_late_outer` (which calls
+//!   `jit_quiet_inner`) and runs it (stop). A trailing `wait` argument is accepted (the test
+//!   harness's waiting-host protocol).
+//!
+//! - `deferred`: deferred mode on (`max_pending` 1000), `jit_deferred_outer ->
+//!   jit_deferred_inner` registered (the first opens a batch entry, announced; the second is
+//!   appended to it, pending: listed, not announced to the debugger), then run (stop). Under plain GDB the frames are unnamed until something announces them; our GDB
+//!   scripts do at the stop.
+//!
 //! Every mode first prints `jit-fn ...` lines in the main host's format (see
 //! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
 
@@ -35,7 +48,7 @@ use jit_interface::format::{decode_all, encode, DecodeError};
 use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
 
 const USAGE: &str =
-    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|blocks|many";
+    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred [wait]";
 
 /// Fixed code address (away from the main host's), so runs are reproducible.
 const BASE: u64 = 0x1b17_0000_0000;
@@ -354,9 +367,11 @@ fn corruptions(good: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
     for cut in [good.len() - 1, good.len() / 2, 9, 12] {
         out.push(("truncated", good[..cut].to_vec()));
     }
-    // Inflated count: the string-table count (byte 8, one LEB128 byte) set to 127.
+    // Inflated count: object 0's string-table count (one LEB128 byte after the object flags
+    // at byte 8 and the 16-byte live check, if any) set to 127.
     let mut b = good.to_vec();
-    b[8] = 0x7f;
+    let at = if b[8] & 1 != 0 { 25 } else { 9 };
+    b[at] = 0x7f;
     out.push(("inflated", b));
     out
 }
@@ -381,6 +396,7 @@ fn real_main() -> Result<(), String> {
                 return Ok(());
             }
             m if mode.is_none() && !m.starts_with('-') => mode = Some(m.to_string()),
+            "wait" => {}
             _ => return Err(format!("unexpected argument `{a}`\n{USAGE}")),
         }
     }
@@ -412,6 +428,55 @@ fn real_main() -> Result<(), String> {
                 Format::Compact,
             )?;
             stop("clobber", starts[1]);
+        }
+        "late" => {
+            let inner = frameless_fn("jit_quiet_inner", brk);
+            let gone = frameless_fn("jit_quiet_gone", brk);
+            let probe = frame_pointer_fn("jit_late_outer", 0);
+            let starts = buf.place(&[&inner, &gone, &probe])?;
+            let outer = frame_pointer_fn("jit_late_outer", starts[0]);
+            let starts = buf.place(&[&inner, &gone, &outer])?;
+            if jit_interface::descriptor::debugger_attached() {
+                return Err("`late` must start outside any debugger".into());
+            }
+            let _a = register(&[(&inner, starts[0])], &file, Format::Compact)?;
+            let g = register(&[(&gone, starts[1])], &file, Format::Compact)?;
+            drop(g);
+            // Described (its jit-fn line printed) now, registered once a debugger is seen.
+            let mut late = JitObject::new();
+            describe_into(&mut late, &outer, starts[2], &file)?;
+            println!(
+                "reader-testhost: quiet entries={} gone={:#x}",
+                jit_interface::descriptor::entry_count(),
+                starts[1]
+            );
+            println!("ready pid={}", std::process::id());
+            let _ = std::io::stdout().flush();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while !jit_interface::descriptor::debugger_attached() {
+                if std::time::Instant::now() > deadline {
+                    return Err("no debugger attached within 120 s".into());
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            // stdout was the harness's ready pipe, closed by now: report on stderr.
+            eprintln!("reader-testhost: debugger seen");
+            let _o = jit_interface::register(&late, Format::Compact).map_err(|e| e.to_string())?;
+            reader_host_run(starts[2], 1);
+        }
+        "deferred" => {
+            jit_interface::set_deferred(Some(jit_interface::Deferral {
+                max_pending: 1000,
+                max_delay: None,
+            }));
+            let inner = frameless_fn("jit_deferred_inner", brk);
+            let probe = frame_pointer_fn("jit_deferred_outer", 0);
+            let starts = buf.place(&[&inner, &probe])?;
+            let outer = frame_pointer_fn("jit_deferred_outer", starts[0]);
+            let starts = buf.place(&[&inner, &outer])?;
+            let _i = register(&[(&inner, starts[0])], &file, Format::Compact)?;
+            let _o = register(&[(&outer, starts[1])], &file, Format::Compact)?;
+            stop("deferred", starts[1]);
         }
         "reuse" => {
             let old = frame_pointer_fn("jit_old", brk);

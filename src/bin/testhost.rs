@@ -42,6 +42,8 @@ MODES
 OPTIONS
   --format elf|compact|none   payload format (default elf; none: do not register)
   --objects one|per-function  one entry for all functions (default) or one per function
+                              (sets JIT_GDB_ALWAYS_NOTIFY=1: without it, objects registered
+                              while no debugger is attached share one entry)
   --source-dir DIR            where to write the pseudo source `jit_scenario.jit`
                               (default: the current directory)
   --base ADDR|any             address of the code buffer (default 0x1a1700000000; `any`:
@@ -218,6 +220,10 @@ fn join<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
 
 fn real_main() -> Result<(), String> {
     let o = parse_args().map_err(|e| format!("{e}\n\n{USAGE}"))?;
+    if o.per_function {
+        // Still single-threaded: nothing reads the environment concurrently.
+        std::env::set_var("JIT_GDB_ALWAYS_NOTIFY", "1");
+    }
 
     std::fs::create_dir_all(&o.source_dir)
         .map_err(|e| format!("cannot create {}: {e}", o.source_dir.display()))?;

@@ -1,95 +1,288 @@
-//! Call-frame information: `.debug_frame` with one CIE for the whole object and one FDE per
-//! function, generated from the model's frame rows.
+//! Call-frame information: `.debug_frame` (DWARF CFI, CIE version 1) with one CIE for the
+//! whole object and one FDE per run of up to [`FDE_FUNCTIONS`] neighbouring functions,
+//! generated from the model's frame rows and written directly.
+//!
+//! Sharing an FDE saves its 24-byte header per function and GDB's per-FDE bookkeeping; the
+//! cap bounds the instructions a debugger executes to find the rule at one address. Between
+//! two functions of one FDE the rules move from the last row of the first to the first row of
+//! the second: with the usual epilogue at the end that costs nothing; otherwise either the
+//! instructions that change the rules, or `DW_CFA_restore_state` back to the entry state that
+//! `DW_CFA_remember_state` kept at the start of the FDE (GCC uses the pair around epilogues,
+//! so every debugger follows it), whichever is shorter.
 
-use gimli::write::{
-    Address, CallFrameInstruction, CommonInformationEntry, DebugFrame, EndianVec,
-    FrameDescriptionEntry, FrameTable,
-};
-use gimli::{Encoding, Format, LittleEndian, Register};
+use gimli::constants as dw;
 
-use super::gimli_error;
+use super::bytes::{patch_length, Put};
+use super::layout::MAX_PADDING;
 use crate::error::{Error, Result};
-use crate::model::{check_unwind_rows, Arch, CfaBase, Function, UnwindRow};
+use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
 
 /// x86-64 DWARF register numbers.
-const RBP: Register = Register(6);
-const RSP: Register = Register(7);
+const RBP: u8 = 6;
+const RSP: u8 = 7;
 /// The return-address column (x86-64 `rip`).
-const RA: Register = Register(16);
+const RA: u8 = 16;
+/// Stack slots are 8 bytes: offsets are stored divided by this.
+const DATA_ALIGN: i32 = -8;
 
-fn cfa_register(base: CfaBase) -> Register {
+/// Most functions one FDE describes.
+pub(super) const FDE_FUNCTIONS: usize = 16;
+
+fn cfa_register(base: CfaBase) -> u8 {
     match base {
         CfaBase::Sp => RSP,
         CfaBase::Fp => RBP,
     }
 }
 
-/// The instructions that turn the rule set `prev` into `next`.
-fn transition(prev: &UnwindRow, next: &UnwindRow, out: &mut Vec<CallFrameInstruction>) {
+/// Appends the instructions that turn the rule set `prev` into `next`.
+fn transition(prev: &UnwindRow, next: &UnwindRow, out: &mut Vec<u8>) {
     let (reg, offset) = (cfa_register(next.cfa_base), next.cfa_offset);
-    match (prev.cfa_base != next.cfa_base, prev.cfa_offset != offset) {
-        (true, true) => out.push(CallFrameInstruction::Cfa(reg, offset)),
-        (true, false) => out.push(CallFrameInstruction::CfaRegister(reg)),
-        (false, true) => out.push(CallFrameInstruction::CfaOffset(offset)),
+    // Validated rows have CFA offsets of 8 or more, so they encode unsigned.
+    let offset = offset as u64;
+    match (
+        prev.cfa_base != next.cfa_base,
+        prev.cfa_offset != next.cfa_offset,
+    ) {
+        (true, true) => {
+            out.u8(dw::DW_CFA_def_cfa.0);
+            out.uleb(reg.into());
+            out.uleb(offset);
+        }
+        (true, false) => {
+            out.u8(dw::DW_CFA_def_cfa_register.0);
+            out.uleb(reg.into());
+        }
+        (false, true) => {
+            out.u8(dw::DW_CFA_def_cfa_offset.0);
+            out.uleb(offset);
+        }
         (false, false) => {}
     }
     if prev.fp_offset != next.fp_offset {
-        out.push(if next.fp_offset == 0 {
+        if next.fp_offset == 0 {
             // Back to the CIE's rule: the caller's frame pointer is in its register.
-            CallFrameInstruction::Restore(RBP)
+            out.u8(dw::DW_CFA_restore.0 | RBP);
         } else {
-            CallFrameInstruction::Offset(RBP, next.fp_offset)
-        });
+            // Validated: a save slot at CFA - 16 or below, a multiple of 8.
+            out.u8(dw::DW_CFA_offset.0 | RBP);
+            out.uleb((next.fp_offset / DATA_ALIGN) as u64);
+        }
     }
 }
 
-/// Encodes the `.debug_frame` section for `functions`.
-pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>> {
-    // Version 1 CIEs are what every debugger reads (GCC emits them too).
-    let encoding = Encoding {
-        format: Format::Dwarf32,
-        version: 1,
-        address_size: arch.pointer_size(),
-    };
-    // Code offsets are in bytes; stack slots are 8-byte aligned, so offsets factor by -8.
-    let mut cie = CommonInformationEntry::new(encoding, 1, -8, RA);
-    // The state at a function's first instruction: CFA = rsp + 8, return address at CFA - 8,
-    // rbp still the caller's.
-    let entry = UnwindRow::X86_64_ENTRY;
-    cie.add_instruction(CallFrameInstruction::Cfa(RSP, entry.cfa_offset));
-    cie.add_instruction(CallFrameInstruction::Offset(RA, -8));
-    cie.add_instruction(CallFrameInstruction::SameValue(RBP));
-
-    let mut table = FrameTable::default();
-    let cie_id = table.add_cie(cie);
-    let mut instructions = Vec::new();
-    for f in functions {
-        let rows = f.frame().rows(arch, f.size().into());
-        check_unwind_rows(&rows, f.size()).map_err(|why| Error::BadRows {
-            function: f.name().into(),
-            why,
-        })?;
-        let mut fde = FrameDescriptionEntry::new(Address::Constant(f.start()), f.size());
-        let mut state = entry;
-        for row in &rows {
-            instructions.clear();
-            transition(&state, row, &mut instructions);
-            for i in instructions.drain(..) {
-                fde.add_instruction(row.offset, i);
-            }
-            state = *row;
-        }
-        table.add_fde(cie_id, fde);
+/// Appends an advance of the location by `delta` bytes (code alignment 1).
+fn advance(delta: u64, out: &mut Vec<u8>) {
+    if delta < 0x40 {
+        out.u8(dw::DW_CFA_advance_loc.0 | delta as u8);
+    } else if let Ok(d) = u8::try_from(delta) {
+        out.u8(dw::DW_CFA_advance_loc1.0);
+        out.u8(d);
+    } else if let Ok(d) = u16::try_from(delta) {
+        out.u8(dw::DW_CFA_advance_loc2.0);
+        out.u16(d);
+    } else {
+        // FDEs span at most u32::MAX bytes (see `debug_frame`).
+        out.u8(dw::DW_CFA_advance_loc4.0);
+        out.u32(delta as u32);
     }
-    let mut section = DebugFrame(EndianVec::new(LittleEndian));
-    table.write_debug_frame(&mut section).map_err(gimli_error)?;
-    Ok(section.0.into_vec())
+}
+
+/// The checked frame rows of one function at a time. Consecutive functions often have the
+/// same frame description and size (one JIT, one prologue): their rows are made and checked
+/// once.
+#[derive(Default)]
+struct Rows<'f> {
+    /// The frame and size `rows` were made for.
+    of: Option<(&'f Frame, u32)>,
+    rows: Vec<UnwindRow>,
+}
+
+impl<'f> Rows<'f> {
+    fn of<'a>(&'a mut self, arch: Arch, f: &'f Function) -> Result<&'a [UnwindRow]>
+    where
+        'f: 'a,
+    {
+        let check = |rows: &[UnwindRow]| {
+            check_unwind_rows(rows, f.size()).map_err(|why| Error::BadRows {
+                function: f.name().into(),
+                why,
+            })
+        };
+        if let Frame::Rows(rows) = f.frame() {
+            check(rows)?;
+            return Ok(rows);
+        }
+        let same = matches!(self.of, Some((frame, size)) if frame == f.frame() && size == f.size());
+        if !same {
+            self.of = None;
+            self.rows = f.frame().rows(arch, f.size().into());
+            check(&self.rows)?;
+            self.of = Some((f.frame(), f.size()));
+        }
+        Ok(&self.rows)
+    }
+}
+
+/// Pads the entry that started at `start` with `DW_CFA_nop` to a multiple of the address
+/// size, as the DWARF standard asks, and patches its length.
+fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
+    while (out.len() - start) % 8 != 0 {
+        out.u8(dw::DW_CFA_nop.0);
+    }
+    patch_length(out, start, ".debug_frame")
+}
+
+/// Encodes the `.debug_frame` section for `functions` (in address order).
+pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>> {
+    // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
+    let mut out = Vec::with_capacity(32 + functions.len() * 16 + functions.len() / 2);
+
+    // The CIE, at offset 0: version 1 (what every debugger reads; GCC emits it too), no
+    // augmentation, code offsets in bytes, stack offsets factored by -8.
+    out.u32(0);
+    out.u32(u32::MAX);
+    out.u8(1);
+    out.u8(0);
+    out.uleb(1);
+    out.sleb(DATA_ALIGN.into());
+    out.u8(RA);
+    // The state at a function's first instruction: CFA = rsp + 8, return address at
+    // CFA - 8, rbp still the caller's.
+    let entry = UnwindRow::X86_64_ENTRY;
+    out.u8(dw::DW_CFA_def_cfa.0);
+    out.uleb(RSP.into());
+    out.uleb(entry.cfa_offset as u64);
+    out.u8(dw::DW_CFA_offset.0 | RA);
+    out.uleb(1);
+    out.u8(dw::DW_CFA_same_value.0);
+    out.uleb(RBP.into());
+    finish_entry(&mut out, 0)?;
+
+    let mut rows = Rows::default();
+    // Rows of the open FDE's first function.
+    let mut first_rows: Vec<UnwindRow> = Vec::new();
+    let mut open: Option<Fde> = None;
+    let (mut step, mut reset) = (Vec::new(), Vec::new());
+    for f in functions {
+        let rows = rows.of(arch, f)?;
+        // Neighbours share an FDE (the padding between them, never executed, gets the
+        // rules of the function before it) if their rules match the first function's.
+        // One FDE spans at most u32::MAX bytes, so every advance fits DW_CFA_advance_loc4.
+        let joins = open.as_ref().is_some_and(|fde| {
+            fde.functions < FDE_FUNCTIONS
+                && f.start() - fde.end <= MAX_PADDING
+                && f.end() - fde.start <= u64::from(u32::MAX)
+                && same_by_offset(&first_rows, fde.first_size, rows, f.size())
+        });
+        let fde = match open.as_mut() {
+            Some(fde) if joins => {
+                if fde.functions == 1 {
+                    // Keeps the entry state for `DW_CFA_restore_state` at the functions
+                    // after the first.
+                    out.insert(fde.body, dw::DW_CFA_remember_state.0);
+                }
+                fde
+            }
+            _ => {
+                if let Some(fde) = open.take() {
+                    fde.finish(&mut out)?;
+                }
+                first_rows.clear();
+                first_rows.extend_from_slice(rows);
+                let at = out.len();
+                out.u32(0);
+                // CIE pointer: the offset of the CIE in the section.
+                out.u32(0);
+                out.u64(f.start());
+                // The length, patched by `Fde::finish`.
+                out.u64(0);
+                open.insert(Fde {
+                    at,
+                    body: out.len(),
+                    start: f.start(),
+                    end: f.end(),
+                    first_size: f.size(),
+                    functions: 0,
+                    state: entry,
+                    loc: f.start(),
+                })
+            }
+        };
+        for (n, row) in rows.iter().enumerate() {
+            step.clear();
+            transition(&fde.state, row, &mut step);
+            if n == 0 && fde.functions > 0 {
+                // Either from the previous function's last rules, or back to the entry
+                // state (and keep it again) and from there: whichever is shorter.
+                reset.clear();
+                reset.u8(dw::DW_CFA_restore_state.0);
+                reset.u8(dw::DW_CFA_remember_state.0);
+                transition(&entry, row, &mut reset);
+                if reset.len() < step.len() {
+                    std::mem::swap(&mut step, &mut reset);
+                }
+            }
+            if !step.is_empty() {
+                let addr = f.start() + u64::from(row.offset);
+                advance(addr - fde.loc, &mut out);
+                out.extend_from_slice(&step);
+                fde.loc = addr;
+            }
+            fde.state = *row;
+        }
+        fde.functions += 1;
+        fde.end = f.end();
+    }
+    if let Some(fde) = open {
+        fde.finish(&mut out)?;
+    }
+    Ok(out)
+}
+
+/// The FDE being written.
+struct Fde {
+    /// Offset of its length field in the section.
+    at: usize,
+    /// Offset of its first instruction.
+    body: usize,
+    start: u64,
+    /// End of its last function so far.
+    end: u64,
+    /// Size of its first function.
+    first_size: u32,
+    functions: usize,
+    /// The rules at `loc`, the address the instructions have reached.
+    state: UnwindRow,
+    loc: u64,
+}
+
+impl Fde {
+    fn finish(self, out: &mut Vec<u8>) -> Result<()> {
+        let range = (self.end - self.start).to_le_bytes();
+        out[self.at + 16..self.at + 24].copy_from_slice(&range);
+        finish_entry(out, self.at)
+    }
+}
+
+/// Do the rules of a function of `size` bytes with `rows` match, at each of its offsets,
+/// those of the FDE's first function (`first`, `first_size` bytes) at the same offset?
+///
+/// LLDB (14) reads an FDE's rules by offset from the FDE's start but looks them up by
+/// offset from the function's start: only functions for which both give the same answer
+/// may share one.
+fn same_by_offset(first: &[UnwindRow], first_size: u32, rows: &[UnwindRow], size: u32) -> bool {
+    size <= first_size && {
+        let n = first.partition_point(|r| r.offset < size);
+        first[..n] == *rows
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use gimli::{BaseAddresses, CfaRule, RegisterRule, UnwindContext, UnwindSection};
 
+    use super::FDE_FUNCTIONS;
     use crate::elf::test_support::Parsed;
     use crate::model::{CfaBase, JitObject, UnwindRow};
 
@@ -226,7 +419,8 @@ mod tests {
                 Some(RegisterRule::Offset(-8))
             )
         );
-        // Exactly one CIE, one FDE per function, nothing outside the functions.
+        // Exactly one CIE, one FDE per function (their rules differ), nothing outside the
+        // functions.
         let frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
         let bases = BaseAddresses::default();
         let mut entries = frame.entries(&bases);
@@ -249,5 +443,118 @@ mod tests {
                 gimli::DebugFrame::cie_from_offset
             )
             .is_err());
+    }
+
+    /// (CIEs, FDEs) and each FDE's (start, length).
+    fn entries(p: &Parsed) -> (usize, Vec<(u64, u64)>) {
+        let frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
+        let bases = BaseAddresses::default();
+        let mut entries = frame.entries(&bases);
+        let (mut cies, mut fdes) = (0, Vec::new());
+        while let Some(e) = entries.next().unwrap() {
+            match e {
+                gimli::CieOrFde::Cie(_) => cies += 1,
+                gimli::CieOrFde::Fde(partial) => {
+                    let fde = partial.parse(gimli::DebugFrame::cie_from_offset).unwrap();
+                    fdes.push((fde.initial_address(), fde.len()));
+                }
+            }
+        }
+        (cies, fdes)
+    }
+
+    /// Neighbours whose rules match by offset share FDEs of up to FDE_FUNCTIONS functions;
+    /// different rules, a longer function or a gap wider than alignment padding start a new
+    /// one. Every function still unwinds from its first instruction on, whatever the
+    /// function before it left.
+    #[test]
+    fn neighbours_share_fdes() {
+        let k = FDE_FUNCTIONS as u64;
+        let base = 0x10_0000;
+        let mut o = JitObject::new();
+        // (start, size, ends with an epilogue)
+        let mut functions = Vec::new();
+        // k + 1 alike (60 bytes of code, 4 of padding), keeping the frame to their end.
+        for i in 0..=k {
+            functions.push((base + i * 64, 60, false));
+        }
+        // A shorter one with the same rules; a longer one; one with an epilogue; the same
+        // after a gap.
+        let next = base + (k + 1) * 64;
+        functions.push((next, 40, false));
+        functions.push((next + 48, 70, false));
+        functions.push((next + 128, 60, true));
+        functions.push((next + 0x1000, 60, true));
+        for (i, &(start, size, epilogue)) in functions.iter().enumerate() {
+            let f = o.add_function(&format!("f{i}"), start, size).unwrap();
+            o.set_frame_pointer(f, 1, 4).unwrap();
+            if epilogue {
+                o.add_epilogue(f, size as u32 - 1, size as u32).unwrap();
+            }
+        }
+        let p = Parsed::encode(&o);
+        let (cies, fdes) = entries(&p);
+        assert_eq!(cies, 1);
+        assert_eq!(
+            fdes,
+            [
+                (base, k * 64 - 4),
+                (base + k * 64, 64 + 40),
+                (next + 48, 70),
+                (next + 128, 60),
+                (next + 0x1000, 60),
+            ]
+        );
+        let entry = (
+            7,
+            8,
+            Some(RegisterRule::SameValue),
+            Some(RegisterRule::Offset(-8)),
+        );
+        let framed = (
+            6,
+            16,
+            Some(RegisterRule::Offset(-16)),
+            Some(RegisterRule::Offset(-8)),
+        );
+        for (i, &(start, size, epilogue)) in functions.iter().enumerate() {
+            assert_eq!(rule_at(&p, start), entry, "f{i} entry");
+            assert_eq!(rule_at(&p, start + 4), framed, "f{i} body");
+            let end = if epilogue { &entry } else { &framed };
+            assert_eq!(&rule_at(&p, start + size - 1), end, "f{i} last byte");
+        }
+    }
+
+    /// Advances of every width (1, 2 and 4 bytes).
+    #[test]
+    fn large_functions_advance_far() {
+        let mut o = JitObject::new();
+        let size = 1u32 << 20;
+        let f = o.add_function("big", 0x7000_0000, size.into()).unwrap();
+        o.set_frame_pointer(f, 1, 200).unwrap();
+        o.add_epilogue(f, 70_000, 70_001).unwrap();
+        o.add_epilogue(f, size - 1, size).unwrap();
+        let p = Parsed::encode(&o);
+        let base = 0x7000_0000;
+        let pushed = (
+            7,
+            16,
+            Some(RegisterRule::Offset(-16)),
+            Some(RegisterRule::Offset(-8)),
+        );
+        let framed = (6, 16, pushed.2.clone(), pushed.3.clone());
+        let entry = (
+            7,
+            8,
+            Some(RegisterRule::SameValue),
+            Some(RegisterRule::Offset(-8)),
+        );
+        assert_eq!(rule_at(&p, base + 199), pushed);
+        assert_eq!(rule_at(&p, base + 200), framed);
+        assert_eq!(rule_at(&p, base + 69_999), framed);
+        assert_eq!(rule_at(&p, base + 70_000), entry);
+        assert_eq!(rule_at(&p, base + 70_001), framed);
+        assert_eq!(rule_at(&p, base + u64::from(size) - 2), framed);
+        assert_eq!(rule_at(&p, base + u64::from(size) - 1), entry);
     }
 }

@@ -1,25 +1,35 @@
 //! DWARF 4 debugging information: `.debug_info`, `.debug_abbrev`, `.debug_line`,
-//! `.debug_ranges` and `.debug_str`.
+//! `.debug_ranges` and `.debug_str`, written directly from the [`Layout`] in one pass per
+//! section (only unit lengths are patched afterwards).
 //!
 //! One compile unit per source file (functions without a file share a unit named
-//! [`NO_FILE_UNIT`] without a line program); in it a subprogram per function with its
-//! parameters, locals and lexical blocks, and the base types those use.
+//! [`NO_FILE_UNIT`] without a line program); in it the base types its variables use, then a
+//! subprogram per function with its parameters, locals and lexical blocks.
+//!
+//! Sizes: a subprogram without variables is 14 bytes (abbreviation code, `strp` name, address,
+//! ULEB128 size); function names are in `.debug_str`, which doubles as the symbol string
+//! table, so each is stored once; other names (units, variables, types) are inline strings.
 
-use std::collections::HashMap;
+use gimli::constants as dw;
+use gimli::constants::{DwAt, DwForm, DwTag};
 
-use gimli::write::{
-    Address, AttributeValue, Dwarf, EndianVec, Expression, LineProgram, LineString, Range,
-    RangeList, Sections, StringId, Unit, UnitEntryId,
-};
-use gimli::{constants, Encoding, Format, LineEncoding, LittleEndian, Register};
-
-use super::gimli_error;
-use super::layout::{adjacent_ranges, neighbours, Layout, NO_FILE_UNIT};
-use crate::error::{Error, Result};
+use super::bytes::{offset32, patch_length, Put};
+use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
+use crate::error::Result;
 use crate::model::{BaseType, Function, Location, VariableKind};
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
-const FRAME_POINTER: Register = Register(6);
+const FRAME_POINTER: u8 = 6;
+
+/// Line program parameters: the usual ones (GCC, LLVM), suited to small address and line
+/// steps.
+const LINE_BASE: i64 = -5;
+const LINE_RANGE: u64 = 14;
+const OPCODE_BASE: u8 = 13;
+/// Operand counts of the standard opcodes 1 to 12.
+const STANDARD_OPCODE_LENGTHS: [u8; 12] = [0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1];
+/// Address advance of `DW_LNS_const_add_pc`: that of special opcode 255.
+const CONST_ADD_PC: u64 = (255 - OPCODE_BASE as u64) / LINE_RANGE;
 
 /// The encoded sections.
 #[derive(Debug, Default)]
@@ -28,265 +38,327 @@ pub(super) struct DebugSections {
     pub abbrev: Vec<u8>,
     pub line: Vec<u8>,
     pub ranges: Vec<u8>,
-    /// `.debug_str`. Its first byte is NUL, so it doubles as the symbol string table.
+    /// `.debug_str`: the function names. Its first byte is NUL, so it doubles as the symbol
+    /// string table.
     pub str: Vec<u8>,
     /// Offset in `str` of each function's name, in layout order.
     pub name_offsets: Vec<u32>,
 }
 
-/// Builds the DWARF sections for `layout`.
-pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
-    let encoding = Encoding {
-        format: Format::Dwarf32,
-        version: 4,
-        address_size: 8,
-    };
-    let mut dwarf = Dwarf::new();
-    // Offset 0 must be the empty string for the table to serve as `.strtab` as well.
-    dwarf.strings.add("");
-    let mut name_ids: Vec<Option<StringId>> = vec![None; layout.functions.len()];
+/// The abbreviations, by code (index + 1). Only those used are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Abbrev {
+    /// A unit with one address range (`low_pc`, `high_pc`), with or without lines.
+    UnitRange = 1,
+    UnitRangeLines,
+    /// A unit with several ranges (`.debug_ranges`).
+    UnitRanges,
+    UnitRangesLines,
+    Subprogram,
+    SubprogramWithChildren,
+    Parameter,
+    Variable,
+    Block,
+    BlockWithChildren,
+    BaseType,
+    PointerType,
+}
 
-    for unit in &layout.units {
-        let (line_program, file_id) = match unit.file {
-            Some(file) => {
-                let name = LineString::String(file.as_bytes().to_vec());
-                // DWARF 4 does not store the working directory in the line program: the
-                // file name is used as given.
-                let mut program = LineProgram::new(
-                    encoding,
-                    LineEncoding::default(),
-                    name.clone(),
-                    None,
-                    name.clone(),
-                    None,
-                );
-                let dir = program.default_directory();
-                let file_id = program.add_file(name, dir, None);
-                (program, Some(file_id))
-            }
-            None => (LineProgram::none(), None),
-        };
-        let mut u = Unit::new(encoding, line_program);
-        let root = u.root();
-        let cu_name = dwarf.strings.add(unit.file.unwrap_or(NO_FILE_UNIT));
-        let ranges = adjacent_ranges(&layout.functions, &unit.functions);
-        {
-            let cu = u.get_mut(root);
-            cu.set(constants::DW_AT_name, AttributeValue::StringRef(cu_name));
-            cu.set(
-                constants::DW_AT_language,
-                AttributeValue::Language(constants::DW_LANG_C99),
-            );
-        }
-        if let [(lo, hi)] = ranges[..] {
-            let cu = u.get_mut(root);
-            cu.set(
-                constants::DW_AT_low_pc,
-                AttributeValue::Address(Address::Constant(lo)),
-            );
-            cu.set(constants::DW_AT_high_pc, AttributeValue::Udata(hi - lo));
-        } else {
-            let list = RangeList(
-                ranges
-                    .iter()
-                    .map(|&(lo, hi)| Range::StartEnd {
-                        begin: Address::Constant(lo),
-                        end: Address::Constant(hi),
-                    })
-                    .collect(),
-            );
-            let id = u.ranges.add(list);
-            let cu = u.get_mut(root);
-            cu.set(
-                constants::DW_AT_low_pc,
-                AttributeValue::Address(Address::Constant(0)),
-            );
-            cu.set(constants::DW_AT_ranges, AttributeValue::RangeListRef(id));
-        }
+const ABBREV_COUNT: usize = Abbrev::PointerType as usize;
 
-        if let Some(file_id) = file_id {
-            line_rows(&mut u.line_program, file_id, layout, &unit.functions);
-        }
+impl Abbrev {
+    const ALL: [Abbrev; ABBREV_COUNT] = [
+        Abbrev::UnitRange,
+        Abbrev::UnitRangeLines,
+        Abbrev::UnitRanges,
+        Abbrev::UnitRangesLines,
+        Abbrev::Subprogram,
+        Abbrev::SubprogramWithChildren,
+        Abbrev::Parameter,
+        Abbrev::Variable,
+        Abbrev::Block,
+        Abbrev::BlockWithChildren,
+        Abbrev::BaseType,
+        Abbrev::PointerType,
+    ];
 
-        let mut types = Types::default();
-        for &i in &unit.functions {
-            let f = layout.functions[i];
-            let name = dwarf.strings.add(f.name());
-            name_ids[i] = Some(name);
-            subprogram(&mut u, &mut dwarf.strings, &mut types, f, name);
+    /// Tag, whether the entry has children, attributes and their forms.
+    fn declaration(self) -> (DwTag, bool, &'static [(DwAt, DwForm)]) {
+        use dw::*;
+        const NAME: (DwAt, DwForm) = (DW_AT_name, DW_FORM_string);
+        const LANGUAGE: (DwAt, DwForm) = (DW_AT_language, DW_FORM_data1);
+        const LOW: (DwAt, DwForm) = (DW_AT_low_pc, DW_FORM_addr);
+        // DWARF 4: a constant high_pc is the size.
+        const HIGH: (DwAt, DwForm) = (DW_AT_high_pc, DW_FORM_udata);
+        const RANGES: (DwAt, DwForm) = (DW_AT_ranges, DW_FORM_sec_offset);
+        const LINES: (DwAt, DwForm) = (DW_AT_stmt_list, DW_FORM_sec_offset);
+        const SUBPROGRAM: &[(DwAt, DwForm)] = &[
+            (DW_AT_name, DW_FORM_strp),
+            (DW_AT_external, DW_FORM_flag_present),
+            LOW,
+            HIGH,
+        ];
+        const VARIABLE: &[(DwAt, DwForm)] = &[
+            NAME,
+            (DW_AT_type, DW_FORM_ref4),
+            (DW_AT_location, DW_FORM_exprloc),
+        ];
+        match self {
+            Abbrev::UnitRange => (DW_TAG_compile_unit, true, &[NAME, LANGUAGE, LOW, HIGH]),
+            Abbrev::UnitRangeLines => (
+                DW_TAG_compile_unit,
+                true,
+                &[NAME, LANGUAGE, LOW, HIGH, LINES],
+            ),
+            Abbrev::UnitRanges => (DW_TAG_compile_unit, true, &[NAME, LANGUAGE, LOW, RANGES]),
+            Abbrev::UnitRangesLines => (
+                DW_TAG_compile_unit,
+                true,
+                &[NAME, LANGUAGE, LOW, RANGES, LINES],
+            ),
+            Abbrev::Subprogram => (DW_TAG_subprogram, false, SUBPROGRAM),
+            Abbrev::SubprogramWithChildren => (DW_TAG_subprogram, true, SUBPROGRAM),
+            Abbrev::Parameter => (DW_TAG_formal_parameter, false, VARIABLE),
+            Abbrev::Variable => (DW_TAG_variable, false, VARIABLE),
+            Abbrev::Block => (DW_TAG_lexical_block, false, &[LOW, HIGH]),
+            Abbrev::BlockWithChildren => (DW_TAG_lexical_block, true, &[LOW, HIGH]),
+            Abbrev::BaseType => (
+                DW_TAG_base_type,
+                false,
+                &[
+                    NAME,
+                    (DW_AT_encoding, DW_FORM_data1),
+                    (DW_AT_byte_size, DW_FORM_data1),
+                ],
+            ),
+            Abbrev::PointerType => (
+                DW_TAG_pointer_type,
+                false,
+                &[(DW_AT_byte_size, DW_FORM_data1), (DW_AT_type, DW_FORM_ref4)],
+            ),
         }
-        dwarf.units.add(u);
+    }
+}
+
+/// `.debug_info` being written, with the abbreviations it used.
+struct Info {
+    out: Vec<u8>,
+    used: [bool; ABBREV_COUNT],
+}
+
+impl Info {
+    /// Starts an entry: its abbreviation code.
+    fn entry(&mut self, a: Abbrev) {
+        self.used[a as usize - 1] = true;
+        self.out.uleb(a as u64);
     }
 
-    let mut sections = Sections::new(EndianVec::new(LittleEndian));
-    dwarf.write(&mut sections).map_err(gimli_error)?;
-    let name_offsets = name_ids
-        .iter()
-        .map(|id| {
-            let id = id.ok_or_else(|| Error::Unsupported {
-                format: "ELF",
-                why: "internal error: a function was not placed in any compile unit".into(),
-            })?;
-            u32::try_from(dwarf.strings.offset(id).0)
-                .map_err(|_| Error::TooLarge("the names of one ELF object exceed 4 GiB".into()))
-        })
-        .collect::<Result<Vec<u32>>>()?;
+    fn abbrev_section(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(128);
+        for a in Abbrev::ALL {
+            if !self.used[a as usize - 1] {
+                continue;
+            }
+            let (tag, children, attributes) = a.declaration();
+            out.uleb(a as u64);
+            out.uleb(tag.0.into());
+            out.u8(if children {
+                dw::DW_CHILDREN_yes.0
+            } else {
+                dw::DW_CHILDREN_no.0
+            });
+            for (at, form) in attributes {
+                out.uleb(at.0.into());
+                out.uleb(form.0.into());
+            }
+            out.u16(0);
+        }
+        out.u8(0);
+        out
+    }
+}
+
+/// Builds the DWARF sections for `layout`.
+pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
+    let n = layout.functions.len();
+    // Function names, in layout order, each once (a repeated name is stored again: rare,
+    // and cheaper than looking every name up).
+    let names: usize = layout.functions.iter().map(|f| f.name().len() + 1).sum();
+    let mut str = Vec::with_capacity(1 + names);
+    str.u8(0);
+    let mut name_offsets = Vec::with_capacity(n);
+    for f in &layout.functions {
+        name_offsets.push(offset32(str.len(), "the function names")?);
+        str.cstr(f.name());
+    }
+
+    let mut info = Info {
+        // Benchmark shape: 14 bytes per subprogram.
+        out: Vec::with_capacity(64 * layout.units.len() + 16 * n),
+        used: [false; ABBREV_COUNT],
+    };
+    let mut line = Vec::new();
+    let mut ranges = Vec::new();
+    for unit in &layout.units {
+        let stmt_list = match unit.file {
+            Some(file) => Some(line_program(&mut line, file, layout, &unit.functions)?),
+            None => None,
+        };
+        compile_unit(
+            &mut info,
+            &mut ranges,
+            layout,
+            unit,
+            stmt_list,
+            &name_offsets,
+        )?;
+    }
     Ok(DebugSections {
-        info: sections.debug_info.0.into_vec(),
-        abbrev: sections.debug_abbrev.0.into_vec(),
-        line: sections.debug_line.0.into_vec(),
-        ranges: sections.debug_ranges.0.into_vec(),
-        str: sections.debug_str.0.into_vec(),
+        abbrev: info.abbrev_section(),
+        info: info.out,
+        line,
+        ranges,
+        str,
         name_offsets,
     })
 }
 
-/// Adds the line rows of a unit's functions. Neighbouring functions (see
-/// [`neighbours`]) share one sequence; otherwise a sequence ends exactly where its last
-/// function ends, so no line spreads over code that is not the function's.
-fn line_rows(
-    program: &mut LineProgram,
-    file: gimli::write::FileId,
+/// Writes one compile unit to `.debug_info` (and its ranges, if it has several).
+fn compile_unit(
+    info: &mut Info,
+    ranges: &mut Vec<u8>,
     layout: &Layout<'_>,
-    functions: &[usize],
-) {
-    // (start address, end of the last function) of the open sequence.
-    let mut open: Option<(u64, u64)> = None;
-    let mut prev: Option<usize> = None;
-    for &i in functions {
-        let f = layout.functions[i];
-        let Some(first) = f.lines().first() else {
-            prev = None;
+    unit: &Unit<'_>,
+    stmt_list: Option<u32>,
+    name_offsets: &[u32],
+) -> Result<()> {
+    let start = info.out.len();
+    info.out.u32(0);
+    info.out.u16(4);
+    // All units share the abbreviations at offset 0.
+    info.out.u32(0);
+    info.out.u8(8);
+
+    let code_ranges = adjacent_ranges(&layout.functions, &unit.functions);
+    let lines = stmt_list.is_some();
+    if let [(lo, hi)] = code_ranges[..] {
+        info.entry(if lines {
+            Abbrev::UnitRangeLines
+        } else {
+            Abbrev::UnitRange
+        });
+        info.out.cstr(unit.file.unwrap_or(NO_FILE_UNIT));
+        info.out.u8(dw::DW_LANG_C99.0 as u8);
+        info.out.u64(lo);
+        info.out.uleb(hi - lo);
+    } else {
+        info.entry(if lines {
+            Abbrev::UnitRangesLines
+        } else {
+            Abbrev::UnitRanges
+        });
+        info.out.cstr(unit.file.unwrap_or(NO_FILE_UNIT));
+        info.out.u8(dw::DW_LANG_C99.0 as u8);
+        // Base address 0: the range list holds absolute addresses.
+        info.out.u64(0);
+        info.out.u32(offset32(ranges.len(), ".debug_ranges")?);
+        for (lo, hi) in code_ranges {
+            ranges.u64(lo);
+            ranges.u64(hi);
+        }
+        ranges.u64(0);
+        ranges.u64(0);
+    }
+    if let Some(offset) = stmt_list {
+        info.out.u32(offset);
+    }
+
+    let types = base_types(info, layout, unit, start)?;
+    for &i in &unit.functions {
+        subprogram(info, layout.functions[i], name_offsets[i], &types)?;
+    }
+    info.out.u8(0);
+    patch_length(&mut info.out, start, ".debug_info")
+}
+
+/// Unit-relative offsets of the type entries, by [`BaseType`] (0: not written).
+type TypeOffsets = [u32; BaseType::Pointer as usize + 1];
+
+/// Writes the type entries the unit's variables use, at the start of the unit.
+fn base_types(
+    info: &mut Info,
+    layout: &Layout<'_>,
+    unit: &Unit<'_>,
+    unit_start: usize,
+) -> Result<TypeOffsets> {
+    let mut offsets: TypeOffsets = [0; BaseType::Pointer as usize + 1];
+    let mut used = [false; BaseType::Pointer as usize + 1];
+    for &i in &unit.functions {
+        for v in layout.functions[i].variables() {
+            used[v.ty as usize] = true;
+        }
+    }
+    let here = |info: &Info| offset32(info.out.len() - unit_start, ".debug_info");
+    let base = |info: &mut Info, name: &str, encoding: dw::DwAte, size: u8| -> Result<u32> {
+        let at = here(info)?;
+        info.entry(Abbrev::BaseType);
+        info.out.cstr(name);
+        info.out.u8(encoding.0);
+        info.out.u8(size);
+        Ok(at)
+    };
+    const ALL: [BaseType; BaseType::Pointer as usize + 1] = [
+        BaseType::I8,
+        BaseType::I16,
+        BaseType::I32,
+        BaseType::I64,
+        BaseType::U8,
+        BaseType::U16,
+        BaseType::U32,
+        BaseType::U64,
+        BaseType::F32,
+        BaseType::F64,
+        BaseType::Pointer,
+    ];
+    for ty in ALL {
+        if !used[ty as usize] {
             continue;
-        };
-        let start = match open {
-            Some((start, _)) if first.offset == 0 && neighbours(&layout.functions, prev, i) => {
-                start
-            }
-            _ => {
-                if let Some((start, end)) = open {
-                    program.end_sequence(end - start);
-                }
-                program.begin_sequence(Some(Address::Constant(f.start())));
-                f.start()
-            }
-        };
-        for r in f.lines() {
-            let row = program.row();
-            row.address_offset = f.start() - start + u64::from(r.offset);
-            row.line = r.line.into();
-            row.file = file;
-            program.generate_row();
         }
-        open = Some((start, f.end()));
-        prev = Some(i);
-    }
-    if let Some((start, end)) = open {
-        program.end_sequence(end - start);
-    }
-}
-
-/// The type DIEs of one unit, made on first use.
-#[derive(Default)]
-struct Types {
-    base: HashMap<BaseType, UnitEntryId>,
-    unsigned_char: Option<UnitEntryId>,
-}
-
-impl Types {
-    fn base_type(
-        u: &mut Unit,
-        strings: &mut gimli::write::StringTable,
-        name: &str,
-        encoding: constants::DwAte,
-        size: u8,
-    ) -> UnitEntryId {
-        let root = u.root();
-        let id = u.add(root, constants::DW_TAG_base_type);
-        let e = u.get_mut(id);
-        e.set(
-            constants::DW_AT_name,
-            AttributeValue::StringRef(strings.add(name)),
-        );
-        e.set(
-            constants::DW_AT_encoding,
-            AttributeValue::Encoding(encoding),
-        );
-        e.set(constants::DW_AT_byte_size, AttributeValue::Data1(size));
-        id
-    }
-
-    fn get(
-        &mut self,
-        u: &mut Unit,
-        strings: &mut gimli::write::StringTable,
-        ty: BaseType,
-    ) -> UnitEntryId {
-        if let Some(&id) = self.base.get(&ty) {
-            return id;
-        }
-        let id = if ty == BaseType::Pointer {
+        offsets[ty as usize] = if ty == BaseType::Pointer {
             // A pointer to bytes: `unsigned char *`.
-            let pointee = match self.unsigned_char {
-                Some(id) => id,
-                None => {
-                    let id = Self::base_type(
-                        u,
-                        strings,
-                        "unsigned char",
-                        constants::DW_ATE_unsigned_char,
-                        1,
-                    );
-                    self.unsigned_char = Some(id);
-                    id
-                }
-            };
-            let root = u.root();
-            let id = u.add(root, constants::DW_TAG_pointer_type);
-            let e = u.get_mut(id);
-            e.set(constants::DW_AT_byte_size, AttributeValue::Data1(ty.size()));
-            e.set(constants::DW_AT_type, AttributeValue::UnitRef(pointee));
-            id
+            let pointee = base(info, "unsigned char", dw::DW_ATE_unsigned_char, 1)?;
+            let at = here(info)?;
+            info.entry(Abbrev::PointerType);
+            info.out.u8(ty.size());
+            info.out.u32(pointee);
+            at
         } else {
             let encoding = match ty {
-                BaseType::I8 | BaseType::I16 | BaseType::I32 | BaseType::I64 => {
-                    constants::DW_ATE_signed
-                }
-                BaseType::F32 | BaseType::F64 => constants::DW_ATE_float,
-                _ => constants::DW_ATE_unsigned,
+                BaseType::I8 | BaseType::I16 | BaseType::I32 | BaseType::I64 => dw::DW_ATE_signed,
+                BaseType::F32 | BaseType::F64 => dw::DW_ATE_float,
+                _ => dw::DW_ATE_unsigned,
             };
-            Self::base_type(u, strings, ty.name(), encoding, ty.size())
+            base(info, ty.name(), encoding, ty.size())?
         };
-        self.base.insert(ty, id);
-        id
     }
+    Ok(offsets)
 }
 
-/// Adds the subprogram DIE of `f` with its variables and blocks.
-fn subprogram(
-    u: &mut Unit,
-    strings: &mut gimli::write::StringTable,
-    types: &mut Types,
-    f: &Function,
-    name: StringId,
-) {
-    let root = u.root();
-    let sp = u.add(root, constants::DW_TAG_subprogram);
-    {
-        let e = u.get_mut(sp);
-        e.set(constants::DW_AT_name, AttributeValue::StringRef(name));
-        e.set(constants::DW_AT_external, AttributeValue::FlagPresent);
-        e.set(
-            constants::DW_AT_low_pc,
-            AttributeValue::Address(Address::Constant(f.start())),
-        );
-        // DWARF 4: a constant high_pc is the size, here in one or two ULEB128 bytes.
-        e.set(
-            constants::DW_AT_high_pc,
-            AttributeValue::Udata(f.size().into()),
-        );
+/// Writes the subprogram entry of `f` with its variables and blocks.
+fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> Result<()> {
+    let children = !f.variables().is_empty() || !f.blocks().is_empty();
+    info.entry(if children {
+        Abbrev::SubprogramWithChildren
+    } else {
+        Abbrev::Subprogram
+    });
+    info.out.u32(name);
+    info.out.u64(f.start());
+    info.out.uleb(f.size().into());
+    if !children {
+        return Ok(());
     }
-    // Parameters first, in their order: debuggers list arguments in DIE order.
+    // Parameters first, in their order: debuggers list arguments in entry order.
     let params = f
         .variables()
         .iter()
@@ -295,46 +367,212 @@ fn subprogram(
         .variables()
         .iter()
         .filter(|v| v.kind == VariableKind::Local);
+    let mut location = Vec::with_capacity(8);
     for v in params.chain(locals) {
-        let ty = types.get(u, strings, v.ty);
-        let tag = match v.kind {
-            VariableKind::Parameter => constants::DW_TAG_formal_parameter,
-            VariableKind::Local => constants::DW_TAG_variable,
-        };
-        let mut location = Expression::new();
+        info.entry(match v.kind {
+            VariableKind::Parameter => Abbrev::Parameter,
+            VariableKind::Local => Abbrev::Variable,
+        });
+        info.out.cstr(&v.name);
+        info.out.u32(types[v.ty as usize]);
+        location.clear();
         match v.location {
-            Location::Register(r) => location.op_reg(Register(r)),
-            Location::FrameOffset(o) => location.op_breg(FRAME_POINTER, o.into()),
+            Location::Register(r) if r < 32 => location.u8(dw::DW_OP_reg0.0 + r as u8),
+            Location::Register(r) => {
+                location.u8(dw::DW_OP_regx.0);
+                location.uleb(r.into());
+            }
+            Location::FrameOffset(o) => {
+                location.u8(dw::DW_OP_breg0.0 + FRAME_POINTER);
+                location.sleb(o.into());
+            }
         }
-        let id = u.add(sp, tag);
-        let e = u.get_mut(id);
-        e.set(
-            constants::DW_AT_name,
-            AttributeValue::StringRef(strings.add(v.name.as_str())),
-        );
-        e.set(constants::DW_AT_type, AttributeValue::UnitRef(ty));
-        e.set(constants::DW_AT_location, AttributeValue::Exprloc(location));
+        info.out.uleb(location.len() as u64);
+        info.out.extend_from_slice(&location);
     }
-    // A block's parent comes before it (the model checks this), so parents' DIEs exist.
-    let mut block_ids: Vec<UnitEntryId> = Vec::with_capacity(f.blocks().len());
-    for b in f.blocks() {
+    blocks(info, f);
+    info.out.u8(0);
+    Ok(())
+}
+
+/// Writes the lexical blocks of `f`, nested as the model says, each list of siblings in
+/// the model's order. Unnamed: LLDB shows every named lexical block as an inlined call
+/// frame in `bt`, and GDB ignores block names.
+fn blocks(info: &mut Info, f: &Function) {
+    let blocks = f.blocks();
+    if blocks.is_empty() {
+        return;
+    }
+    // Children as linked lists; index `blocks.len()` is the subprogram. A block's parent
+    // comes before it (the model checks this); anything else hangs off the subprogram.
+    let root = blocks.len();
+    let mut first_child: Vec<Option<usize>> = vec![None; root + 1];
+    let mut last_child: Vec<Option<usize>> = vec![None; root + 1];
+    let mut next_sibling: Vec<Option<usize>> = vec![None; root];
+    for (i, b) in blocks.iter().enumerate() {
         let parent = b
             .parent
-            .and_then(|p| block_ids.get(p as usize).copied())
-            .unwrap_or(sp);
-        // Unnamed: LLDB shows every named lexical block as an inlined call frame in `bt`,
-        // and GDB ignores block names.
-        let id = u.add(parent, constants::DW_TAG_lexical_block);
-        let e = u.get_mut(id);
-        e.set(
-            constants::DW_AT_low_pc,
-            AttributeValue::Address(Address::Constant(f.start() + u64::from(b.start))),
-        );
-        e.set(
-            constants::DW_AT_high_pc,
-            AttributeValue::Udata((b.end - b.start).into()),
-        );
-        block_ids.push(id);
+            .map(|p| p as usize)
+            .filter(|&p| p < i)
+            .unwrap_or(root);
+        match last_child[parent] {
+            Some(prev) => next_sibling[prev] = Some(i),
+            None => first_child[parent] = Some(i),
+        }
+        last_child[parent] = Some(i);
+    }
+    // Depth-first, without recursion: nesting depth is the caller's to choose.
+    let mut open: Vec<usize> = Vec::new();
+    let mut next = first_child[root];
+    loop {
+        match next {
+            Some(i) => {
+                let b = &blocks[i];
+                let children = first_child[i].is_some();
+                info.entry(if children {
+                    Abbrev::BlockWithChildren
+                } else {
+                    Abbrev::Block
+                });
+                info.out.u64(f.start() + u64::from(b.start));
+                info.out.uleb((b.end - b.start).into());
+                if children {
+                    open.push(i);
+                    next = first_child[i];
+                } else {
+                    next = next_sibling[i];
+                }
+            }
+            None => match open.pop() {
+                Some(parent) => {
+                    info.out.u8(0);
+                    next = next_sibling[parent];
+                }
+                None => break,
+            },
+        }
+    }
+}
+
+/// Writes the line program of the unit for `file` and returns its offset. Neighbouring
+/// functions (see [`neighbours`]) share one sequence; otherwise a sequence ends exactly where
+/// its last function ends, so no line spreads over code that is not the function's.
+fn line_program(
+    out: &mut Vec<u8>,
+    file: &str,
+    layout: &Layout<'_>,
+    functions: &[usize],
+) -> Result<u32> {
+    let start = out.len();
+    let offset = offset32(start, ".debug_line")?;
+    out.reserve(64 + file.len() + functions.len() * 12);
+    out.u32(0);
+    out.u16(4);
+    let header_length_at = out.len();
+    out.u32(0);
+    // Minimum instruction length, maximum operations per instruction, default is_stmt.
+    out.extend_from_slice(&[1, 1, 1]);
+    out.u8(LINE_BASE as i8 as u8);
+    out.u8(LINE_RANGE as u8);
+    out.u8(OPCODE_BASE);
+    out.extend_from_slice(&STANDARD_OPCODE_LENGTHS);
+    // No include directories. One file, as given (DWARF 4 has no working directory in the
+    // line program), in directory 0, without time or size.
+    out.u8(0);
+    out.cstr(file);
+    out.extend_from_slice(&[0, 0, 0]);
+    out.u8(0);
+    let header_length = offset32(out.len() - header_length_at - 4, ".debug_line")?;
+    out.patch_u32(header_length_at, header_length);
+
+    let mut lines = Lines {
+        out,
+        address: 0,
+        line: 1,
+    };
+    // End of the last function of the open sequence.
+    let mut open: Option<u64> = None;
+    let mut prev: Option<usize> = None;
+    for &i in functions {
+        let f = layout.functions[i];
+        let Some(first) = f.lines().first() else {
+            prev = None;
+            continue;
+        };
+        let continues = first.offset == 0 && neighbours(&layout.functions, prev, i);
+        if !continues {
+            if let Some(end) = open {
+                lines.end_sequence(end);
+            }
+            lines.set_address(f.start());
+        }
+        for r in f.lines() {
+            lines.row(f.start() + u64::from(r.offset), r.line.into());
+        }
+        open = Some(f.end());
+        prev = Some(i);
+    }
+    if let Some(end) = open {
+        lines.end_sequence(end);
+    }
+    patch_length(out, start, ".debug_line")?;
+    Ok(offset)
+}
+
+/// The line-number state machine, as the program being written leaves it.
+struct Lines<'a> {
+    out: &'a mut Vec<u8>,
+    address: u64,
+    line: u64,
+}
+
+impl Lines<'_> {
+    fn set_address(&mut self, address: u64) {
+        self.out.u8(0);
+        self.out.uleb(9);
+        self.out.u8(dw::DW_LNE_set_address.0);
+        self.out.u64(address);
+        self.address = address;
+    }
+
+    /// Appends a row (`address` is never below the current one: rows are sorted).
+    fn row(&mut self, address: u64, line: u64) {
+        let mut step = address - self.address;
+        let mut line_step = line.wrapping_sub(self.line) as i64;
+        if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
+            self.out.u8(dw::DW_LNS_advance_line.0);
+            self.out.sleb(line_step);
+            line_step = 0;
+        }
+        let l = (line_step - LINE_BASE) as u64;
+        // The largest address step a special opcode can take with this line step.
+        let max_step = (255 - u64::from(OPCODE_BASE) - l) / LINE_RANGE;
+        if step > max_step {
+            if step >= CONST_ADD_PC && step - CONST_ADD_PC <= max_step {
+                self.out.u8(dw::DW_LNS_const_add_pc.0);
+                step -= CONST_ADD_PC;
+            } else {
+                self.out.u8(dw::DW_LNS_advance_pc.0);
+                self.out.uleb(step);
+                step = 0;
+            }
+        }
+        self.out
+            .u8((l + LINE_RANGE * step + u64::from(OPCODE_BASE)) as u8);
+        self.address = address;
+        self.line = line;
+    }
+
+    fn end_sequence(&mut self, end: u64) {
+        let step = end - self.address;
+        if step > 0 {
+            self.out.u8(dw::DW_LNS_advance_pc.0);
+            self.out.uleb(step);
+        }
+        self.out
+            .extend_from_slice(&[0, 1, dw::DW_LNE_end_sequence.0]);
+        self.address = 0;
+        self.line = 1;
     }
 }
 
@@ -416,6 +654,42 @@ mod tests {
                 pair("<jit>", "n"),
             ]
         );
+    }
+
+    /// Every kind of step: special opcodes, `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`,
+    /// `DW_LNS_advance_line` both ways, and a large function.
+    #[test]
+    fn line_steps_of_every_size() {
+        let steps: [(u32, u32); 12] = [
+            (0, 1),
+            (1, 1),
+            (2, 9),
+            (20, 3),
+            (37, 3),
+            (38, 100_000),
+            (300, 99_990),
+            (70_000, 1),
+            (70_017, 5),
+            (70_034, 4_000_000_000),
+            (1 << 20, 1),
+            ((1 << 20) + 17, 2),
+        ];
+        let mut o = JitObject::new();
+        let f = o.add_function("big", 0x7f00_0000_0000, 3 << 20).unwrap();
+        o.set_lines(f, "big.js", &rows(&steps)).unwrap();
+        let p = Parsed::encode(&o);
+        let mut want: Vec<Line> = steps
+            .iter()
+            .map(|&(offset, l)| {
+                line(
+                    "big.js",
+                    0x7f00_0000_0000 + u64::from(offset),
+                    Some(l.into()),
+                )
+            })
+            .collect();
+        want.push(line("big.js", 0x7f00_0000_0000 + (3 << 20), None));
+        assert_eq!(p.lines(), want);
     }
 
     #[test]

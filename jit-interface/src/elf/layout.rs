@@ -63,14 +63,20 @@ impl<'a> Layout<'a> {
 
         let mut units: Vec<Unit> = Vec::new();
         let mut unit_of_file: HashMap<Option<&str>, usize> = HashMap::new();
+        // Neighbours usually share a file: look it up only when it changes.
+        let mut last: Option<(Option<&str>, usize)> = None;
         for (i, f) in functions.iter().enumerate() {
-            let u = *unit_of_file.entry(f.file()).or_insert_with(|| {
-                units.push(Unit {
-                    file: f.file(),
-                    functions: Vec::new(),
-                });
-                units.len() - 1
-            });
+            let u = match last {
+                Some((file, u)) if file == f.file() => u,
+                _ => *unit_of_file.entry(f.file()).or_insert_with(|| {
+                    units.push(Unit {
+                        file: f.file(),
+                        functions: Vec::new(),
+                    });
+                    units.len() - 1
+                }),
+            };
+            last = Some((f.file(), u));
             units[u].functions.push(i);
         }
 

@@ -3,10 +3,16 @@
 //!
 //! The payload is a relocatable x86-64 object whose ALLOC sections (NOBITS `.text`, one per
 //! run of adjacent functions) sit at the code's real addresses, with no relocations: the
-//! addresses in the symbols, DWARF and CFI are final. See [`writer`] for the section list.
-//! Each part is built as a model first (a [`layout::Layout`], `gimli::write` units and frame
-//! tables) and then serialised.
+//! addresses in the symbols, DWARF and CFI are final. See `writer.rs` for the section list.
+//! The plan (`layout::Layout`: address order, `.text` runs, compile units) is made first;
+//! each section is then serialised from it directly, in one pass.
+//!
+//! Size, per function of the benchmark shape (1,000 adjacent functions in one object, 8 line
+//! rows, frame-pointer frame): 24 bytes of symbol, 14 of subprogram entry, about 11 of line
+//! program, about 13 of CFI (FDEs shared by neighbours with the same rules), plus the name
+//! once: about 62 bytes + name.
 
+mod bytes;
 mod cfi;
 mod dwarf;
 mod layout;
@@ -55,15 +61,12 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
             data: &frame,
         },
     ];
-    writer::write(&layout, &sections, &debug.str, &debug.name_offsets)
-}
-
-/// Turns a DWARF writer failure into our error.
-fn gimli_error(e: gimli::write::Error) -> Error {
-    Error::Unsupported {
-        format: "ELF",
-        why: format!("DWARF writer: {e}"),
-    }
+    Ok(writer::write(
+        &layout,
+        &sections,
+        &debug.str,
+        &debug.name_offsets,
+    ))
 }
 
 #[cfg(test)]
@@ -111,6 +114,8 @@ mod tests {
         println!(
             "ELF bytes per function beyond the name: 1 function {one:.1}; 1000 functions: adjacent {adjacent:.1}, 14 B padding {aligned:.1}, scattered {scattered:.1}"
         );
+        // The budget of issue 4 for a batch of this shape.
+        assert!(adjacent <= 64.0, "{adjacent:.1} bytes + name per function");
         // Adjacent code shares sections and line sequences; scattered code pays a section
         // header (64 B) and a sequence start and end per function.
         assert!(adjacent < aligned && aligned < scattered);

@@ -1,22 +1,21 @@
 //! The ELF container: a relocatable x86-64 object (what LLVM's JITs register too) whose
-//! sections carry the code's real addresses, written with `object`'s two-phase writer
-//! (plan every size, then write in one pass).
+//! sections carry the code's real addresses. Every size is known before writing, so the
+//! object is written in one pass into a buffer of exactly its size.
 //!
 //! Sections, in file order:
 //! - one NOBITS `.text` per run of adjacent functions (ALLOC|EXECINSTR, at the run's
 //!   address; the code itself stays in the process, the debugger reads it from memory),
 //! - `.debug_info`, `.debug_abbrev`, `.debug_line`, `.debug_ranges`, `.debug_frame` (not
-//!   ALLOC: GDB sorts every ALLOC section of every objfile on each change),
+//!   ALLOC: GDB sorts every ALLOC section of every objfile on each change), those not empty,
 //! - `.debug_str` and `.strtab`: ONE string table with two headers, so that each name is
 //!   stored once,
-//! - `.symtab` with a global FUNC symbol per function, `.shstrtab`.
+//! - `.symtab` with a global FUNC symbol per function, `.symtab_shndx` if a `.text` index
+//!   does not fit 16 bits, `.shstrtab`.
 
 use object::elf;
-use object::write::elf::{FileHeader, SectionHeader, SectionIndex, Sym, Writer};
-use object::Endianness;
 
+use super::bytes::Put;
 use super::layout::Layout;
-use crate::error::{Error, Result};
 
 /// A non-ALLOC data section.
 pub(super) struct DataSection<'a> {
@@ -24,11 +23,64 @@ pub(super) struct DataSection<'a> {
     pub data: &'a [u8],
 }
 
-fn object_error(e: object::write::Error) -> Error {
-    Error::Unsupported {
-        format: "ELF",
-        why: format!("ELF writer: {e}"),
+/// Appends `name` to the section-name table and returns its offset.
+fn add_name(names: &mut Vec<u8>, name: &[u8]) -> u32 {
+    let at = names.len() as u32;
+    names.extend_from_slice(name);
+    names.push(0);
+    at
+}
+
+const FILE_HEADER: usize = 64;
+const SECTION_HEADER: usize = 64;
+const SYMBOL: usize = 24;
+
+/// One section header's fields.
+struct Header {
+    name: u32,
+    kind: elf::SectionType,
+    flags: elf::SectionFlags,
+    addr: u64,
+    offset: u64,
+    size: u64,
+    link: u32,
+    info: u32,
+    align: u64,
+    entsize: u64,
+}
+
+impl Header {
+    fn data(name: u32, kind: elf::SectionType, offset: usize, size: usize) -> Header {
+        Header {
+            name,
+            kind,
+            flags: elf::SectionFlags(0),
+            addr: 0,
+            offset: offset as u64,
+            size: size as u64,
+            link: 0,
+            info: 0,
+            align: 1,
+            entsize: 0,
+        }
     }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        out.u32(self.name);
+        out.u32(self.kind.0);
+        out.u64(self.flags.0);
+        out.u64(self.addr);
+        out.u64(self.offset);
+        out.u64(self.size);
+        out.u32(self.link);
+        out.u32(self.info);
+        out.u64(self.align);
+        out.u64(self.entsize);
+    }
+}
+
+fn align(n: usize, to: usize) -> usize {
+    n.div_ceil(to) * to
 }
 
 /// Writes the object. `strings` is the shared `.debug_str`/`.strtab` (first byte NUL),
@@ -38,149 +90,167 @@ pub(super) fn write(
     sections: &[DataSection<'_>],
     strings: &[u8],
     name_offsets: &[u32],
-) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    let mut w = Writer::new(Endianness::Little, true, &mut out);
+) -> Vec<u8> {
+    let data: Vec<&DataSection> = sections.iter().filter(|s| !s.data.is_empty()).collect();
 
-    // Phase 1: reserve indices, names and file ranges.
-    w.reserve_file_header();
-    let text_name = w.add_section_name(b".text");
-    let text_index: Vec<SectionIndex> = layout
-        .runs
-        .iter()
-        .map(|_| w.reserve_section_index())
-        .collect();
-    let data: Vec<_> = sections
-        .iter()
-        .filter(|s| !s.data.is_empty())
-        .map(|s| (s, w.add_section_name(s.name), w.reserve_section_index()))
-        .collect();
-    let debug_str_name = w.add_section_name(b".debug_str");
-    w.reserve_section_index();
-    // The writer names this `.strtab` and links `.symtab` to it; its contents are `strings`.
-    let strtab_name = w.add_section_name(b".strtab");
-    w.reserve_strtab_section_index();
-    w.reserve_symtab_section_index();
-    w.reserve_null_symbol_index();
-    for &run in &layout.run_of {
-        w.reserve_symbol_index(Some(text_index[run]));
+    // Section indices.
+    let first_text = 1;
+    let first_data = first_text + layout.runs.len();
+    let debug_str = first_data + data.len();
+    let strtab = debug_str + 1;
+    let symtab = strtab + 1;
+    // Symbols name their section in 16 bits unless the index is reserved (0xff00 and up);
+    // then in the extended index table.
+    let shndx = layout.runs.len() >= elf::SHN_LORESERVE as usize;
+    let shstrtab = symtab + 1 + usize::from(shndx);
+    let count = shstrtab + 1;
+
+    // Section names, each once.
+    let mut names = Vec::with_capacity(128);
+    names.push(0);
+    let text_name = add_name(&mut names, b".text");
+    let data_names: Vec<u32> = data.iter().map(|s| add_name(&mut names, s.name)).collect();
+    let debug_str_name = add_name(&mut names, b".debug_str");
+    let strtab_name = add_name(&mut names, b".strtab");
+    let symtab_name = add_name(&mut names, b".symtab");
+    let shndx_name = if shndx {
+        add_name(&mut names, b".symtab_shndx")
+    } else {
+        0
+    };
+    let shstrtab_name = add_name(&mut names, b".shstrtab");
+
+    // File layout.
+    let mut offsets = Vec::with_capacity(data.len());
+    let mut at = FILE_HEADER;
+    for s in &data {
+        offsets.push(at);
+        at += s.data.len();
     }
-    let shndx = w.symtab_shndx_needed();
+    let strings_at = at;
+    at += strings.len();
+    let symbols = layout.functions.len() + 1;
+    let symtab_at = align(at, 8);
+    at = symtab_at + symbols * SYMBOL;
+    let shndx_at = align(at, 4);
     if shndx {
-        w.reserve_symtab_shndx_section_index();
+        at = shndx_at + symbols * 4;
     }
-    w.reserve_shstrtab_section_index();
+    let shstrtab_at = at;
+    at += names.len();
+    let headers_at = align(at, 8);
+    let len = headers_at + count * SECTION_HEADER;
 
-    let data_offsets: Vec<u64> = data
-        .iter()
-        .map(|(s, _, _)| w.reserve(s.data.len() as u64, 1))
-        .collect();
-    let strings_offset = w.reserve(strings.len() as u64, 1);
-    w.reserve_symtab();
-    if shndx {
-        w.reserve_symtab_shndx();
+    let mut out = Vec::with_capacity(len);
+    // File header.
+    out.extend_from_slice(&[0x7f, b'E', b'L', b'F']);
+    out.u8(elf::ELFCLASS64.0);
+    out.u8(elf::ELFDATA2LSB.0);
+    out.u8(elf::EV_CURRENT.0);
+    out.u8(elf::ELFOSABI_NONE.0);
+    out.extend_from_slice(&[0; 8]);
+    out.u16(elf::ET_REL.0);
+    out.u16(elf::EM_X86_64.0);
+    out.u32(elf::EV_CURRENT.0.into());
+    // Entry, program headers.
+    out.u64(0);
+    out.u64(0);
+    out.u64(headers_at as u64);
+    out.u32(0);
+    out.u16(FILE_HEADER as u16);
+    out.u16(0);
+    out.u16(0);
+    out.u16(SECTION_HEADER as u16);
+    // More sections than 16 bits can count: the count is in section 0's size, the index
+    // of the names in its link.
+    let extended = count >= elf::SHN_LORESERVE as usize;
+    out.u16(if extended { 0 } else { count as u16 });
+    out.u16(if extended {
+        elf::SHN_XINDEX.0
+    } else {
+        shstrtab as u16
+    });
+
+    for s in &data {
+        out.extend_from_slice(s.data);
     }
-    w.reserve_shstrtab().map_err(object_error)?;
-    w.reserve_section_headers();
-
-    // Phase 2: write in the same order.
-    w.write_file_header(&FileHeader {
-        os_abi: elf::ELFOSABI_NONE,
-        abi_version: 0,
-        e_type: elf::ET_REL,
-        e_machine: elf::EM_X86_64,
-        e_entry: 0,
-        e_flags: elf::FileFlags(0),
-    })
-    .map_err(object_error)?;
-    for ((s, _, _), &offset) in data.iter().zip(&data_offsets) {
-        w.pad_until(offset);
-        w.write(s.data);
-    }
-    w.pad_until(strings_offset);
-    w.write(strings);
-
-    w.write_null_symbol();
+    out.extend_from_slice(strings);
+    out.resize(symtab_at, 0);
+    out.extend_from_slice(&[0; SYMBOL]);
+    let info = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
     for (i, f) in layout.functions.iter().enumerate() {
-        let run = &layout.runs[layout.run_of[i]];
-        w.write_symbol(&Sym {
-            section: Some(text_index[layout.run_of[i]].0),
-            st_name: name_offsets[i],
-            st_info: elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC),
-            st_other: elf::SymbolOther(0).with_visibility(elf::STV_DEFAULT),
-            st_shndx: elf::SHN_UNDEF,
-            // Relocatable object: symbol values are offsets in their section.
-            st_value: f.start() - run.start,
-            st_size: f.size().into(),
+        let run = layout.run_of[i];
+        let section = first_text + run;
+        out.u32(name_offsets[i]);
+        out.u8(info);
+        out.u8(elf::STV_DEFAULT.0);
+        out.u16(if shndx {
+            elf::SHN_XINDEX.0
+        } else {
+            section as u16
         });
+        // Relocatable object: symbol values are offsets in their section.
+        out.u64(f.start() - layout.runs[run].start);
+        out.u64(f.size().into());
     }
     if shndx {
-        w.write_symtab_shndx();
+        out.resize(shndx_at, 0);
+        out.u32(0);
+        for &run in &layout.run_of {
+            out.u32((first_text + run) as u32);
+        }
     }
-    w.write_shstrtab();
+    out.extend_from_slice(&names);
+    out.resize(headers_at, 0);
 
-    w.write_null_section_header();
-    let text_name = w.section_name_offset(Some(text_name));
+    // Section headers.
+    let mut null = Header::data(0, elf::SHT_NULL, 0, 0);
+    null.align = 0;
+    if extended {
+        null.size = count as u64;
+        null.link = shstrtab as u32;
+    }
+    null.write(&mut out);
     for run in &layout.runs {
-        w.write_section_header(&SectionHeader {
-            sh_name: text_name,
-            sh_type: elf::SHT_NOBITS,
-            sh_flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
-            sh_addr: run.start,
-            sh_offset: 0,
-            sh_size: run.end - run.start,
-            sh_link: 0,
-            sh_info: 0,
-            sh_addralign: 1,
-            sh_entsize: 0,
-        });
+        Header {
+            name: text_name,
+            kind: elf::SHT_NOBITS,
+            flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
+            addr: run.start,
+            offset: 0,
+            size: run.end - run.start,
+            link: 0,
+            info: 0,
+            align: 1,
+            entsize: 0,
+        }
+        .write(&mut out);
     }
-    for ((s, name, _), &offset) in data.iter().zip(&data_offsets) {
-        w.write_section_header(&SectionHeader {
-            sh_name: w.section_name_offset(Some(*name)),
-            sh_type: elf::SHT_PROGBITS,
-            sh_flags: elf::SectionFlags(0),
-            sh_addr: 0,
-            sh_offset: offset,
-            sh_size: s.data.len() as u64,
-            sh_link: 0,
-            sh_info: 0,
-            sh_addralign: 1,
-            sh_entsize: 0,
-        });
+    for ((s, &offset), &name) in data.iter().zip(&offsets).zip(&data_names) {
+        Header::data(name, elf::SHT_PROGBITS, offset, s.data.len()).write(&mut out);
     }
-    w.write_section_header(&SectionHeader {
-        sh_name: w.section_name_offset(Some(debug_str_name)),
-        sh_type: elf::SHT_PROGBITS,
-        sh_flags: elf::SHF_MERGE | elf::SHF_STRINGS,
-        sh_addr: 0,
-        sh_offset: strings_offset,
-        sh_size: strings.len() as u64,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 1,
-    });
-    w.write_section_header(&SectionHeader {
-        sh_name: w.section_name_offset(Some(strtab_name)),
-        sh_type: elf::SHT_STRTAB,
-        sh_flags: elf::SectionFlags(0),
-        sh_addr: 0,
-        sh_offset: strings_offset,
-        sh_size: strings.len() as u64,
-        sh_link: 0,
-        sh_info: 0,
-        sh_addralign: 1,
-        sh_entsize: 0,
-    });
+    let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings.len());
+    h.flags = elf::SHF_MERGE | elf::SHF_STRINGS;
+    h.entsize = 1;
+    h.write(&mut out);
+    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings.len()).write(&mut out);
+    let mut h = Header::data(symtab_name, elf::SHT_SYMTAB, symtab_at, symbols * SYMBOL);
+    h.link = strtab as u32;
     // Only the null symbol is local.
-    w.write_symtab_section_header(1);
+    h.info = 1;
+    h.align = 8;
+    h.entsize = SYMBOL as u64;
+    h.write(&mut out);
     if shndx {
-        w.write_symtab_shndx_section_header();
+        let mut h = Header::data(shndx_name, elf::SHT_SYMTAB_SHNDX, shndx_at, symbols * 4);
+        h.link = symtab as u32;
+        h.align = 4;
+        h.entsize = 4;
+        h.write(&mut out);
     }
-    w.write_shstrtab_section_header();
-    debug_assert_eq!(w.reserved_len(), w.len());
-    Ok(out)
+    Header::data(shstrtab_name, elf::SHT_STRTAB, shstrtab_at, names.len()).write(&mut out);
+    debug_assert_eq!(out.len(), len);
+    out
 }
 
 #[cfg(test)]

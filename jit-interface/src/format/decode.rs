@@ -15,7 +15,6 @@ use crate::model::{Arch, CfaBase, FunctionId, JitObject, LineRow, UnwindRow};
 
 /// Fewest bytes each item can take, for bounding counts by the remaining input.
 const MIN_STRING_BYTES: usize = 2; // length, one byte
-const MIN_OBJECT_BYTES: usize = 7; // flags, count, one function
 const MIN_FUNCTION_BYTES: usize = 5; // name length, one byte, start, size, flags
 const MIN_UNWIND_ROW_BYTES: usize = 3;
 const MIN_EPILOGUE_BYTES: usize = 2;
@@ -64,27 +63,15 @@ pub(crate) fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
         ));
     }
 
-    let n = r.count("the string count", MIN_STRING_BYTES, MAX_COUNT)?;
-    let mut strings = Vec::with_capacity(n);
-    for _ in 0..n {
-        strings.push(r.text("a string-table entry")?);
+    // Object records until the end: the payload's size is the only count, so a runtime can
+    // append records in place.
+    let mut objects = Vec::new();
+    while !r.is_at_end() {
+        let k = objects.len();
+        objects.push(decode_object(&mut r, arch).map_err(within(|| format!("object {k}")))?);
     }
-
-    let at = r.pos();
-    let n = r.count("the object count", MIN_OBJECT_BYTES, MAX_COUNT)?;
-    if n == 0 {
-        return Err(invalid("the payload holds no object", at));
-    }
-    let mut objects = Vec::with_capacity(n);
-    for k in 0..n {
-        objects
-            .push(decode_object(&mut r, arch, &strings).map_err(within(|| format!("object {k}")))?);
-    }
-    if !r.is_at_end() {
-        return Err(invalid(
-            format!("{} unexpected byte(s) after the last object", r.remaining()),
-            r.pos(),
-        ));
+    if objects.is_empty() {
+        return Err(invalid("the payload holds no object", r.pos()));
     }
     Ok(objects)
 }
@@ -107,7 +94,7 @@ fn model_error(e: crate::Error, at: usize) -> DecodeError {
     }
 }
 
-fn decode_object(r: &mut Reader<'_>, arch: Arch, strings: &[&str]) -> Result<Decoded, DecodeError> {
+fn decode_object(r: &mut Reader<'_>, arch: Arch) -> Result<Decoded, DecodeError> {
     let object_at = r.pos();
     let flags = r.u8("an object's flags")?;
     if flags & !OBJECT_LIVE != 0 {
@@ -130,6 +117,12 @@ fn decode_object(r: &mut Reader<'_>, arch: Arch, strings: &[&str]) -> Result<Dec
     } else {
         None
     };
+    let n = r.count("the string count", MIN_STRING_BYTES, MAX_COUNT)?;
+    let mut strings = Vec::with_capacity(n);
+    for _ in 0..n {
+        strings.push(r.text("a string-table entry")?);
+    }
+    let strings = &strings[..];
     let at = r.pos();
     let n = r.count("the function count", MIN_FUNCTION_BYTES, MAX_COUNT)?;
     if n == 0 {

@@ -1,14 +1,16 @@
 //! Serialises [`JitObject`]s as compact records (layout: `docs/FORMAT.md`).
 //!
-//! Object records are written first, interning file and block names on the way; the header
-//! and the string table they index are put in front at the end.
+//! A payload is the header and object records back to back. Each record carries its own
+//! string table (file and block names), so records are self-contained byte strings: the
+//! registry appends them to a payload in place and copies them between payloads without
+//! re-encoding.
 
 use std::collections::HashMap;
 
 use super::frame::{self, KIND_DEFAULT, KIND_FP, KIND_FP_CANONICAL, KIND_ROWS};
 use super::lines;
 use super::wire::Writer;
-use super::{arch_code, LiveCheck, MAGIC, MAX_COUNT, MAX_TEXT_LEN, VERSION};
+use super::{arch_code, LiveCheck, HEADER_LEN, MAGIC, MAX_COUNT, MAX_TEXT_LEN, VERSION};
 use crate::error::{Error, Result};
 use crate::model::{Arch, CfaBase, Frame, Function, JitObject};
 
@@ -68,6 +70,17 @@ impl<'a> Strings<'a> {
     }
 }
 
+/// The 8-byte header every payload starts with.
+pub(crate) fn header(arch: Arch) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..4].copy_from_slice(&MAGIC);
+    h[4] = VERSION;
+    h[5] = arch_code(arch);
+    h[6] = arch.pointer_size();
+    h[7] = 0; // header flags: none defined in version 2
+    h
+}
+
 pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Result<Vec<u8>> {
     let Some((first, _)) = objects.first() else {
         return Err(unsupported(
@@ -75,11 +88,8 @@ pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Resu
         ));
     };
     let arch = first.arch();
-    check_count(objects.len(), || {
-        "the number of objects in one payload".into()
-    })?;
-    let mut strings = Strings::default();
-    let mut body = Writer::default();
+    let mut w = Writer::default();
+    w.bytes(&header(arch));
     for (k, (object, live)) in objects.iter().enumerate() {
         if object.arch() != arch {
             return Err(unsupported(format!(
@@ -88,33 +98,32 @@ pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Resu
                 arch.name()
             )));
         }
-        write_object(&mut body, &mut strings, object, *live)?;
+        write_object(&mut w, object, *live)?;
     }
-    check_count(strings.list.len(), || {
-        "the number of distinct file and block names".into()
-    })?;
-
-    let mut w = Writer::default();
-    w.bytes(&MAGIC);
-    w.u8(VERSION);
-    w.u8(arch_code(arch));
-    w.u8(arch.pointer_size());
-    w.u8(0); // header flags: none defined in version 1
-    w.uleb(strings.list.len() as u64);
-    for s in &strings.list {
-        w.text(s);
-    }
-    w.uleb(objects.len() as u64);
-    w.bytes(&body.buf);
     Ok(w.buf)
 }
 
-fn write_object<'a>(
-    w: &mut Writer,
-    strings: &mut Strings<'a>,
-    object: &'a JitObject,
+/// Appends one object record (no header) to `out`. A payload is the header followed by
+/// any number of these, so records can be appended to a payload in place. On error `out`
+/// is left as it was.
+pub(crate) fn encode_record(
+    out: &mut Vec<u8>,
+    object: &JitObject,
     live: Option<LiveCheck>,
 ) -> Result<()> {
+    let mut w = Writer {
+        buf: std::mem::take(out),
+    };
+    let len = w.buf.len();
+    let result = write_object(&mut w, object, live);
+    if result.is_err() {
+        w.buf.truncate(len);
+    }
+    *out = w.buf;
+    result
+}
+
+fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> Result<()> {
     object.validate()?;
     let functions = object.functions();
     check_count(functions.len(), || {
@@ -134,15 +143,34 @@ fn write_object<'a>(
         }
         None => w.u8(0),
     }
-    w.uleb(functions.len() as u64);
+    // The object's string table comes before its functions but is known only after them:
+    // write the functions to a scratch buffer first.
+    let mut strings = Strings::default();
+    let mut body = Writer::default();
     // Function starts are deltas from the previous function's end; line numbers deltas from
     // the previous row, across functions (the state a reader carries through the object).
     let mut prev_end = 0u64;
     let mut line = 1i64;
     for f in functions {
-        write_function(w, strings, object.arch(), f, prev_end, &mut line)?;
+        write_function(
+            &mut body,
+            &mut strings,
+            object.arch(),
+            f,
+            prev_end,
+            &mut line,
+        )?;
         prev_end = f.end();
     }
+    check_count(strings.list.len(), || {
+        "the number of distinct file and block names of one object".into()
+    })?;
+    w.uleb(strings.list.len() as u64);
+    for s in &strings.list {
+        w.text(s);
+    }
+    w.uleb(functions.len() as u64);
+    w.bytes(&body.buf);
     Ok(())
 }
 

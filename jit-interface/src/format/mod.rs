@@ -2,9 +2,9 @@
 //! module is its only implementation, shared by the encoder (registration), the reader, the
 //! core inspector and the GDB scripts.
 //!
-//! A payload is a header, a string table shared by everything after it, and one or more
-//! object records (several when many small objects are consolidated into one debugger
-//! entry, each with its own live check). `wire` is the byte level (bounded little-endian
+//! A payload is a header and one or more self-contained object records back to back (several
+//! when many small objects are consolidated into one debugger entry, each with its own live
+//! check and string table), so records can be appended and copied as bytes. `wire` is the byte level (bounded little-endian
 //! reads, LEB128), `encode` and `decode` the two directions, `lines` the line-row opcodes
 //! and `frame` the compact frame-pointer description both directions share.
 
@@ -25,7 +25,10 @@ use crate::model::{Arch, JitObject};
 pub const MAGIC: [u8; 4] = *b"JGCR";
 
 /// The format version this code writes and the only one it reads.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+
+/// Length of the payload header (magic, version, architecture, pointer size, flags).
+pub const HEADER_LEN: usize = 8;
 
 /// Longest name or string-table entry, in bytes.
 pub const MAX_TEXT_LEN: u64 = 1 << 20;
@@ -100,6 +103,19 @@ pub fn encode(object: &JitObject, live: Option<LiveCheck>) -> Result<Vec<u8>> {
 /// entry). All objects must have the same architecture.
 pub fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Result<Vec<u8>> {
     encode::encode_bundle(objects)
+}
+
+/// The header a payload of `arch` code starts with; a payload is this followed by one or
+/// more records written by [`encode_record`].
+pub fn header(arch: Arch) -> [u8; HEADER_LEN] {
+    encode::header(arch)
+}
+
+/// Appends one object record to `out` (left unchanged on error). `header(arch)` followed
+/// by records of `arch` objects is a valid payload, so a registry can grow a payload in
+/// place and move records between payloads as bytes.
+pub fn encode_record(out: &mut Vec<u8>, object: &JitObject, live: Option<LiveCheck>) -> Result<()> {
+    encode::encode_record(out, object, live)
 }
 
 /// Decodes a compact payload holding exactly one object; never panics, whatever the bytes.

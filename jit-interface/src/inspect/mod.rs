@@ -104,6 +104,27 @@ pub struct PayloadInfo {
     pub problems: Vec<String>,
 }
 
+impl PayloadInfo {
+    /// Drops the functions of unregistered objects, whose live slot (read with `read_u64`)
+    /// no longer holds their key: a runtime may unregister an object by clearing its slot and
+    /// leave its record in place (docs/FORMAT.md, "The live check"). An unreadable slot
+    /// (`None`: absent from a core file) counts as live. Returns how many objects were dropped;
+    /// `objects` keeps them all (function `object` indices stay valid).
+    pub fn drop_unregistered(&mut self, mut read_u64: impl FnMut(u64) -> Option<u64>) -> usize {
+        let dead: Vec<bool> = self
+            .objects
+            .iter()
+            .map(|o| {
+                o.live
+                    .is_some_and(|l| read_u64(l.address).is_some_and(|v| v != l.key))
+            })
+            .collect();
+        self.functions
+            .retain(|f| !dead.get(f.object).copied().unwrap_or(false));
+        dead.iter().filter(|&&d| d).count()
+    }
+}
+
 /// Why a payload could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum InspectError {

@@ -93,6 +93,36 @@ fn compact_round_trip() {
 }
 
 #[test]
+fn unregistered_objects_are_dropped() {
+    // Three objects: one whose slot holds its key, one cleared (a tombstone), one whose slot
+    // cannot be read (counts as live).
+    let o = sample();
+    let mut p = JitObject::new();
+    p.add_function("jit_dead", 0x1000, 8).unwrap();
+    let mut q = JitObject::new();
+    q.add_function("jit_unreadable", 0x2000, 8).unwrap();
+    let live = |address, key| Some(LiveCheck { address, key });
+    let bytes = encode_bundle(&[
+        (&o, live(0x10, 7)),
+        (&p, live(0x18, 9)),
+        (&q, live(0x20, 11)),
+    ])
+    .unwrap();
+    let mut info = decode_payload(&bytes).unwrap();
+    let dropped = info.drop_unregistered(|addr| match addr {
+        0x10 => Some(7),
+        0x18 => Some(0),
+        _ => None,
+    });
+    assert_eq!(dropped, 1);
+    assert_eq!(info.objects.len(), 3);
+    let names: Vec<&str> = info.functions.iter().map(|f| f.name.as_str()).collect();
+    assert!(!names.contains(&"jit_dead"), "{names:?}");
+    assert!(names.contains(&"jit_unreadable"), "{names:?}");
+    assert_eq!(names.len(), o.functions().len() + 1);
+}
+
+#[test]
 fn compact_bundle_keeps_object_indices() {
     let o = sample();
     let mut p = JitObject::new();

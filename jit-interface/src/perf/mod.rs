@@ -10,7 +10,7 @@
 //!   that `perf report`, `perf annotate` and `--sort srcline` use.
 //!
 //! Both outputs are written from the same [`JitObject`] that is registered with the debugger,
-//! right after it is linked into GDB's list (`register` calls [`registered`]).
+//! right after it is linked into GDB's list (`register` calls `registered`).
 //!
 //! `perf record -p PID` attached to a running process works as well: perf reports the
 //! dump's executable mapping among the existing ones.

@@ -1,0 +1,58 @@
+//! The registry through the C API, without a debugger: small compact objects share one entry
+//! (appended in place), deferred mode switches on and off, `jit_flush` reports nothing
+//! pending (no debugger was there to announce to), and unregistering everything empties the
+//! list. (Deferred announcements to a real GDB: tests/reader_special.rs.)
+
+use std::ffi::CString;
+
+use jit_interface::descriptor::{debugger_attached, entry_count};
+use jit_interface::{
+    jit_flush, jit_last_error, jit_object_add_function, jit_object_new,
+    jit_object_set_frame_pointer, jit_register, jit_set_deferred, jit_unregister,
+};
+
+fn register_one(name: &str, start: u64) -> *mut jit_interface::jit_registration {
+    let name = CString::new(name).unwrap();
+    // SAFETY: a fresh object, a NUL-terminated name; jit_register takes the object over.
+    unsafe {
+        let obj = jit_object_new();
+        let f = jit_object_add_function(obj, name.as_ptr(), start, 32);
+        assert!(f >= 0);
+        assert_eq!(jit_object_set_frame_pointer(obj, f, 1, 4), 0);
+        let reg = jit_register(obj, 0 /* JIT_FORMAT_COMPACT */);
+        assert!(
+            !reg.is_null(),
+            "{:?}",
+            std::ffi::CStr::from_ptr(jit_last_error())
+        );
+        reg
+    }
+}
+
+#[test]
+fn compact_objects_share_an_entry_and_deferred_mode_switches() {
+    if debugger_attached() {
+        eprintln!("skipped: run under a debugger");
+        return;
+    }
+    let before = entry_count();
+    let mut regs: Vec<_> = (0..10)
+        .map(|i| register_one(&format!("capi_quiet_{i}"), 0x5200_0000_0000 + 64 * i))
+        .collect();
+    assert_eq!(entry_count(), before + 1, "10 small objects, one entry");
+
+    assert_eq!(jit_set_deferred(100, 5), 0);
+    regs.extend(
+        (10..20).map(|i| register_one(&format!("capi_deferred_{i}"), 0x5200_0000_0000 + 64 * i)),
+    );
+    // No debugger: nothing is pending (attach would read the list whole).
+    assert_eq!(jit_flush(), 0);
+    assert_eq!(jit_set_deferred(0, 0), 0);
+    assert_eq!(entry_count(), before + 1);
+
+    for r in regs {
+        // SAFETY: each came from jit_register and is unregistered once.
+        unsafe { jit_unregister(r) };
+    }
+    assert_eq!(entry_count(), before, "every batch is unlinked once empty");
+}
