@@ -39,6 +39,10 @@ def set_state(want):
     if want != "without":
         gdb.execute(f"jit-reader-load {READERS[want]}", to_string=True)
     state = want
+    # GDB redoes some work lazily after its objfiles change (the reader's objfile comes and
+    # goes): pay it here, not in the next timing.
+    gdb.execute("maintenance flush register-cache", to_string=True)
+    gdb.execute("bt 3", to_string=True)
 
 
 def check(out, prefix):
