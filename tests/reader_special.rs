@@ -357,6 +357,60 @@ fn reader_nested_blocks_keep_their_parents() {
 }
 
 #[test]
+fn reader_skips_unregistered_objects_left_in_a_payload() {
+    if !require_tool("gdb", "reader_tombstone") {
+        return;
+    }
+    let dir = TempDir::new("reader-tombstone");
+    let core = dir.join("tombstone.core");
+    let chain = [
+        "reader_host_break",
+        "jit_tomb_inner",
+        "jit_tomb_outer",
+        "reader_host_run",
+    ];
+    // The ghost's code is intact, only its live slot is cleared: GDB must not name it.
+    let ghost = [
+        "set language c",
+        "x/2i *(unsigned long *)&READER_HOST_GHOST",
+        "set language auto",
+    ];
+    let session = gdb_on(dir.path(), "tombstone")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .section("ghost", ghost)
+        .section("gcore", [format!("generate-core-file {}", core.display())])
+        .cmd("continue");
+    let t = run_with_reader_debug(&session);
+    assert_frames(&t, "bt", &chain);
+    let layout = Layout::parse(&t.text);
+    let addr = layout.get("jit_ghost").start;
+    t.assert_contains(Some("ghost"), &format!("{addr:#x}:"));
+    t.assert_not_contains(None, "<jit_ghost");
+    t.assert_contains(
+        None,
+        "jit-reader: skipped an unregistered object (1 function(s), first `jit_ghost`)",
+    );
+    t.assert_contains(None, "exited normally");
+    assert_no_reader_noise(&t);
+
+    // The same in the core file: the cleared slot is part of it.
+    let post = run_with_reader_debug(
+        &Gdb::core(&host(), &core, dir.path())
+            .section("load", [load_cmd()])
+            .section("bt", ["bt"])
+            .section("ghost", ghost),
+    );
+    if let Err(e) = check_frames(&post.gdb_bt("bt"), &chain, &layout) {
+        post.fail(&format!("core backtrace: {e}"));
+    }
+    post.assert_contains(Some("ghost"), &format!("{addr:#x}:"));
+    post.assert_not_contains(None, "<jit_ghost");
+    post.assert_contains(None, "skipped an unregistered object");
+}
+
+#[test]
 fn registrations_without_a_debugger_are_seen_on_attach_and_later_ones_announced() {
     if !require_tool("gdb", "reader_late") {
         return;

@@ -1,6 +1,6 @@
 //! Scale host for benchmarks and `tests/scale_*.rs`: registers many fake functions (names,
-//! 8 line rows, canonical frame-pointer frame each; their code is never run) through the
-//! public API, in objects of K functions.
+//! 8 line rows, a frame-pointer prologue each, no epilogue described; their code is never
+//! run) through the public API, in objects of K functions.
 //!
 //! ```text
 //! scale_host reg N K compact|elf        register N functions, K per object; print timing
@@ -45,16 +45,37 @@ fn code_area(functions: u64) -> u64 {
     p as u64
 }
 
+/// The line rows every function gets (offsets and lines relative to the function), built
+/// once like a runtime's reusable row buffer.
+const ROWS: [LineRow; 8] = {
+    let mut rows = [LineRow { offset: 0, line: 0 }; 8];
+    let mut i = 0;
+    while i < 8 {
+        rows[i] = LineRow {
+            offset: i as u32 * 6,
+            line: 10 + i as u32,
+        };
+        i += 1;
+    }
+    rows
+};
+
 fn add(obj: &mut JitObject, name: &str, start: u64) {
     let f = obj.add_function(name, start, FN_SIZE).expect("function");
-    let rows: Vec<LineRow> = (0..8)
-        .map(|i| LineRow {
-            offset: i * 6,
-            line: 10 + i,
-        })
-        .collect();
-    obj.set_lines(f, "scale.js", &rows).expect("lines");
+    obj.set_lines(f, "scale.js", &ROWS).expect("lines");
     obj.set_frame_pointer(f, 1, 4).expect("frame");
+}
+
+/// Writes function `j`'s 20-character name (`jit_fn_` and 13 digits) into `buf` and
+/// returns it: a runtime has its names at hand, so the benchmark makes them without
+/// allocating or going through `format!`.
+fn name_of(buf: &mut [u8; 20], mut j: u64) -> &str {
+    buf[..7].copy_from_slice(b"jit_fn_");
+    for d in buf[7..].iter_mut().rev() {
+        *d = b'0' + (j % 10) as u8;
+        j /= 10;
+    }
+    std::str::from_utf8(buf).expect("ASCII")
 }
 
 fn format_arg(s: &str) -> Format {
@@ -69,11 +90,12 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
     let base = code_area(n);
     let mut regs = Vec::with_capacity(n.div_ceil(k) as usize);
     let t0 = Instant::now();
+    let mut name = [0u8; 20];
     let mut i = 0;
     while i < n {
         let mut obj = JitObject::new();
         for j in i..(i + k).min(n) {
-            add(&mut obj, &format!("jit_fn_{j:013}"), base + j * FN_SIZE);
+            add(&mut obj, name_of(&mut name, j), base + j * FN_SIZE);
         }
         regs.push(jit_interface::register(&obj, format).expect("register"));
         i += k;
@@ -93,11 +115,12 @@ fn encode_all(n: u64, k: u64, format: Format) {
     let base = code_area(n);
     let t0 = Instant::now();
     let mut bytes = 0;
+    let mut name = [0u8; 20];
     let mut i = 0;
     while i < n {
         let mut obj = JitObject::new();
         for j in i..(i + k).min(n) {
-            add(&mut obj, &format!("jit_fn_{j:013}"), base + j * FN_SIZE);
+            add(&mut obj, name_of(&mut name, j), base + j * FN_SIZE);
         }
         let payload = match format {
             Format::Compact => jit_interface::format::encode(&obj, None),

@@ -5,6 +5,9 @@
 //! Every setter validates its input: a model that exists is one that can be encoded (except
 //! for format-specific limits, checked by the encoders).
 
+use std::cell::RefCell;
+use std::sync::Arc;
+
 use crate::error::{Error, Result};
 
 /// Instruction-set architecture of the code described by an object.
@@ -240,16 +243,44 @@ pub struct Variable {
 }
 
 /// One JIT-compiled function.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// Kept small (a runtime builds many of them, an object holds them in one vector): boxed
+/// slices rather than vectors, and the rarely used blocks and variables behind one pointer.
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Function {
-    name: String,
+    name: Box<str>,
     start: u64,
     size: u32,
-    file: Option<String>,
-    lines: Vec<LineRow>,
+    /// Shared with the other functions of the object that use the same file (most objects
+    /// use one), so that setting lines allocates no copy of the name per function.
+    file: Option<Arc<str>>,
+    lines: Box<[LineRow]>,
     frame: Frame,
+    /// `None` while the function has neither blocks nor variables (never an empty box, so
+    /// that equality does not depend on how a function was built).
+    extras: Option<Box<Extras>>,
+}
+
+/// The parts of a [`Function`] most functions do not have.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+struct Extras {
     blocks: Vec<Block>,
     variables: Vec<Variable>,
+}
+
+impl std::fmt::Debug for Function {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Function")
+            .field("name", &self.name)
+            .field("start", &self.start)
+            .field("size", &self.size)
+            .field("file", &self.file)
+            .field("lines", &self.lines)
+            .field("frame", &self.frame)
+            .field("blocks", &self.blocks())
+            .field("variables", &self.variables())
+            .finish()
+    }
 }
 
 impl Function {
@@ -283,11 +314,14 @@ impl Function {
     }
     /// Nested blocks; a block's parent comes before it.
     pub fn blocks(&self) -> &[Block] {
-        &self.blocks
+        self.extras.as_ref().map_or(&[], |e| &e.blocks)
     }
     /// Parameters and locals.
     pub fn variables(&self) -> &[Variable] {
-        &self.variables
+        self.extras.as_ref().map_or(&[], |e| &e.variables)
+    }
+    fn extras_mut(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_with(Box::default)
     }
     /// Does the function contain `addr`?
     pub fn contains(&self, addr: u64) -> bool {
@@ -295,16 +329,75 @@ impl Function {
     }
 }
 
+thread_local! {
+    /// The file name this thread gave `set_lines` last and did not find in the object: see
+    /// `JitObject::shared_file`.
+    static LAST_FILE: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+}
+
 /// Checks a name (function, block, variable or file): non-empty, no NUL.
 fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
     if s.is_empty() {
         return Err(format!("{what} is empty"));
     }
-    if s.contains('\0') {
+    if has_nul(s.as_bytes()) {
         return Err(format!(
             "{what} `{}` contains a NUL byte",
             s.replace('\0', "\\0")
         ));
+    }
+    Ok(())
+}
+
+/// Does `b` contain a zero byte? Names are short and checked once per function: eight
+/// bytes at a time without a call beats a general search.
+fn has_nul(b: &[u8]) -> bool {
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut words = b.chunks_exact(8);
+    let mut any = 0;
+    for w in words.by_ref() {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(w);
+        let x = u64::from_le_bytes(bytes);
+        // The high bit of a byte of the result is set if that byte of x is zero (or, only
+        // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
+        any |= x.wrapping_sub(LOW) & !x & HIGH;
+    }
+    any != 0 || words.remainder().contains(&0)
+}
+
+/// Validates line rows for a function of `size` bytes.
+fn check_line_rows(rows: &[LineRow], size: u32) -> std::result::Result<(), String> {
+    // One branch-free pass for the usual case of good rows; the loop below names the problem.
+    let mut next = 0u32; // lowest offset the next row may have
+    let mut good = true;
+    for r in rows {
+        good &= (r.offset >= next) & (r.offset < size) & (r.line != 0);
+        next = r.offset.wrapping_add(1);
+    }
+    if good {
+        return Ok(());
+    }
+    let mut prev: Option<u32> = None;
+    for (i, r) in rows.iter().enumerate() {
+        if r.offset >= size {
+            return Err(format!(
+                "line row {i} at offset {} is outside the function (size {size})",
+                r.offset
+            ));
+        }
+        if let Some(p) = prev.filter(|&p| r.offset <= p) {
+            return Err(format!(
+                "line row {i} at offset {} does not come after row {} at offset {p}: rows must be in strictly increasing offset order",
+                r.offset,
+                i - 1
+            ));
+        }
+        if r.line == 0 {
+            return Err(format!("line row {i} has line 0: lines start at 1"));
+        }
+        prev = Some(r.offset);
     }
     Ok(())
 }
@@ -433,10 +526,9 @@ impl JitObject {
             start,
             size,
             file: None,
-            lines: Vec::new(),
+            lines: Box::default(),
             frame: Frame::Default,
-            blocks: Vec::new(),
-            variables: Vec::new(),
+            extras: None,
         });
         Ok(self.functions.len() - 1)
     }
@@ -446,39 +538,48 @@ impl JitObject {
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
         check_text("the file name", file).map_err(Error::BadFileName)?;
         let func = self.function_mut(f)?;
-        let bad = |why: String| Error::BadRows {
-            function: func.name.clone(),
-            why,
-        };
-        for (i, r) in rows.iter().enumerate() {
-            if r.offset >= func.size {
-                return Err(bad(format!(
-                    "line row {i} at offset {} is outside the function (size {})",
-                    r.offset, func.size
-                )));
-            }
-            if i > 0 && r.offset <= rows[i - 1].offset {
-                return Err(bad(format!(
-                    "line row {i} at offset {} does not come after row {} at offset {}: rows must be in strictly increasing offset order",
-                    r.offset,
-                    i - 1,
-                    rows[i - 1].offset
-                )));
-            }
-            if r.line == 0 {
-                return Err(bad(format!("line row {i} has line 0: lines start at 1")));
-            }
+        if let Err(why) = check_line_rows(rows, func.size) {
+            return Err(Error::BadRows {
+                function: func.name.to_string(),
+                why,
+            });
         }
-        func.file = Some(file.into());
-        func.lines = rows.to_vec();
+        let file = self.shared_file(f, file);
+        let func = &mut self.functions[f];
+        func.file = Some(file);
+        func.lines = rows.into();
         Ok(())
+    }
+
+    /// `file` as a shared name: most objects use one file or a few, and a runtime that
+    /// registers functions one per object uses the same files again and again, so the name
+    /// of a recently added function of this object, or else the name this thread used
+    /// last, almost always matches (a miss only costs a copy).
+    fn shared_file(&self, f: FunctionId, file: &str) -> Arc<str> {
+        let own = self.functions.get(f).and_then(|g| g.file.as_ref());
+        let recent = self
+            .functions
+            .iter()
+            .rev()
+            .take(4)
+            .filter_map(|g| g.file.as_ref());
+        if let Some(name) = own.into_iter().chain(recent).find(|name| ***name == *file) {
+            return name.clone();
+        }
+        LAST_FILE.with(|last| {
+            let mut last = last.borrow_mut();
+            match &*last {
+                Some(name) if **name == *file => name.clone(),
+                _ => last.insert(Arc::from(file)).clone(),
+            }
+        })
     }
 
     /// Sets explicit frame-description rows for function `f`.
     pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
         let func = self.function_mut(f)?;
         check_unwind_rows(rows, func.size).map_err(|why| Error::BadRows {
-            function: func.name.clone(),
+            function: func.name.to_string(),
             why,
         })?;
         func.frame = Frame::Rows(rows.to_vec());
@@ -496,7 +597,7 @@ impl JitObject {
         let func = self.function_mut(f)?;
         if push_end == 0 || setup_end < push_end || setup_end >= func.size {
             return Err(Error::BadRows {
-                function: func.name.clone(),
+                function: func.name.to_string(),
                 why: format!(
                     "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({})",
                     func.size
@@ -515,7 +616,7 @@ impl JitObject {
     /// `restore_end` just after `pop rbp` / `leave`, `ret_end` just after the `ret`.
     pub fn add_epilogue(&mut self, f: FunctionId, restore_end: u32, ret_end: u32) -> Result<()> {
         let func = self.function_mut(f)?;
-        let name = func.name.clone();
+        let name = func.name.to_string();
         let size = func.size;
         let bad = |why: String| Error::BadRows {
             function: name.clone(),
@@ -557,7 +658,7 @@ impl JitObject {
     ) -> Result<u32> {
         let func = self.function_mut(f)?;
         let bad = |why: String| Error::BadRows {
-            function: func.name.clone(),
+            function: func.name.to_string(),
             why,
         };
         check_text("the block name", name).map_err(&bad)?;
@@ -568,7 +669,7 @@ impl JitObject {
             )));
         }
         if let Some(p) = parent {
-            let Some(pb) = func.blocks.get(p as usize) else {
+            let Some(pb) = func.blocks().get(p as usize) else {
                 return Err(bad(format!(
                     "block `{name}`: parent block {p} does not exist"
                 )));
@@ -580,9 +681,9 @@ impl JitObject {
                 )));
             }
         }
-        let index = u32::try_from(func.blocks.len())
+        let index = u32::try_from(func.blocks().len())
             .map_err(|_| Error::TooLarge("more than 2^32 blocks".into()))?;
-        func.blocks.push(Block {
+        func.extras_mut().blocks.push(Block {
             name: name.into(),
             start,
             end,
@@ -595,7 +696,7 @@ impl JitObject {
     pub fn add_variable(&mut self, f: FunctionId, var: Variable) -> Result<()> {
         let func = self.function_mut(f)?;
         let bad = |why: String| Error::BadVariable {
-            function: func.name.clone(),
+            function: func.name.to_string(),
             why,
         };
         check_text("the variable name", &var.name).map_err(&bad)?;
@@ -607,7 +708,7 @@ impl JitObject {
                 )));
             }
         }
-        func.variables.push(var);
+        func.extras_mut().variables.push(var);
         Ok(())
     }
 
@@ -617,14 +718,19 @@ impl JitObject {
         if self.functions.is_empty() {
             return Err(Error::EmptyObject);
         }
+        // Runtimes usually add functions in address order: then one pass proves that none
+        // overlap (each starts at or after the end of the one before, so ends increase too).
+        if self.functions.windows(2).all(|w| w[1].start >= w[0].end()) {
+            return Ok(());
+        }
         let mut order: Vec<usize> = (0..self.functions.len()).collect();
         order.sort_by_key(|&i| self.functions[i].start);
         for w in order.windows(2) {
             let (a, b) = (&self.functions[w[0]], &self.functions[w[1]]);
             if b.start < a.end() {
                 return Err(Error::Overlap {
-                    first: a.name.clone(),
-                    second: b.name.clone(),
+                    first: a.name.to_string(),
+                    second: b.name.to_string(),
                 });
             }
         }
@@ -707,6 +813,73 @@ mod tests {
             JitObject::new().validate(),
             Err(Error::EmptyObject)
         ));
+    }
+
+    #[test]
+    fn overlaps_are_found_in_any_order() {
+        let object = |functions: &[(u64, u64)]| {
+            let mut o = JitObject::new();
+            for (i, &(start, size)) in functions.iter().enumerate() {
+                o.add_function(&format!("f{i}"), start, size).unwrap();
+            }
+            o.validate()
+        };
+        object(&[(0x1000, 16), (0x1010, 16), (0x1040, 8)]).unwrap();
+        object(&[(0x1040, 8), (0x1000, 16), (0x1010, 16)]).unwrap();
+        let e = object(&[(0x1040, 8), (0x1000, 16), (0x100c, 16)]).unwrap_err();
+        assert!(
+            matches!(&e, Error::Overlap { first, second } if first == "f1" && second == "f2"),
+            "{e}"
+        );
+        assert!(matches!(
+            object(&[(0x1000, 16), (0x1000, 16)]),
+            Err(Error::Overlap { .. })
+        ));
+    }
+
+    #[test]
+    fn functions_share_file_names_and_keep_their_own() {
+        let mut o = JitObject::new();
+        let rows = [LineRow { offset: 0, line: 3 }];
+        for (i, file) in ["a.js", "a.js", "b.js", "a.js", "a.js"].iter().enumerate() {
+            let f = o.add_function("f", 0x1000 + 16 * i as u64, 16).unwrap();
+            o.set_lines(f, file, &rows).unwrap();
+        }
+        fn file(o: &JitObject, i: usize) -> &str {
+            o.functions()[i].file().unwrap()
+        }
+        assert_eq!(
+            (0..5).map(|i| file(&o, i)).collect::<Vec<_>>(),
+            ["a.js", "a.js", "b.js", "a.js", "a.js"]
+        );
+        // One copy of "a.js" for all its functions.
+        assert!(std::ptr::eq(file(&o, 0), file(&o, 1)));
+        assert!(std::ptr::eq(file(&o, 0), file(&o, 4)));
+        // Replacing a function's lines replaces its file, and only its file.
+        o.set_lines(1, "c.js", &rows).unwrap();
+        assert_eq!(
+            (file(&o, 0), file(&o, 1), file(&o, 3)),
+            ("a.js", "c.js", "a.js")
+        );
+        // A refused change leaves file and rows as they were.
+        let bad = [LineRow { offset: 0, line: 0 }];
+        assert!(o.set_lines(1, "d.js", &bad).is_err());
+        assert_eq!(file(&o, 1), "c.js");
+        assert_eq!(o.functions()[1].lines(), rows);
+    }
+
+    #[test]
+    fn nul_bytes_are_found_anywhere() {
+        for len in 0..40 {
+            let clean: Vec<u8> = (0..len).map(|i| 1 + (i * 37 % 255) as u8).collect();
+            assert!(!has_nul(&clean), "{len}");
+            assert!(!has_nul(&vec![0x80; len]) && !has_nul(&vec![0xff; len]));
+            for at in 0..len {
+                let mut b = clean.clone();
+                b[at] = 0;
+                assert!(has_nul(&b), "{len} {at}");
+            }
+        }
     }
 
     #[test]

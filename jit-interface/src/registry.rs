@@ -122,11 +122,6 @@ struct Batch {
     /// stay within the capacity it was created with.
     buf: Vec<u8>,
     members: Vec<Slot>,
-    /// Live slots of unregistered objects whose records are still in `buf` (tombstones): they
-    /// must stay valid, holding 0, as long as a linked payload names them. Boxed: payloads
-    /// name each slot's address, so it must not move when the vector grows.
-    #[allow(clippy::vec_box)]
-    graves: Vec<Box<AtomicU64>>,
     /// Bytes of `buf` taken by tombstoned records.
     dead: usize,
     level: usize,
@@ -149,7 +144,6 @@ impl Batch {
             cell,
             buf,
             members,
-            graves: Vec::new(),
             dead: 0,
             level,
             format,
@@ -170,14 +164,32 @@ impl Batch {
 
 /// A registered object.
 struct Member {
-    /// Nonzero while registered. Every payload holding the object names this slot's address
-    /// and value, so that readers can tell live objects from unregistered ones (GDB never
-    /// tells a reader about unregistration, and unregistering without a debugger leaves the
-    /// record in place). Boxed: the address must not move.
-    live: Box<AtomicU64>,
     batch: u64,
     /// ELF only: batches are re-encoded from the models.
     model: Option<Arc<JitObject>>,
+}
+
+/// Live slots, one per member index. Every payload holding an object names its slot's address
+/// and the key it holds while the object is registered, so that readers can tell live objects
+/// from unregistered ones (GDB never tells a reader about unregistration, and unregistering
+/// without a debugger leaves the record in place). Chunks are never freed, so an address a
+/// payload names always stays readable; a reused slot gets a fresh key, which no earlier
+/// record holds.
+#[derive(Default)]
+struct LiveSlots {
+    chunks: Vec<Box<[AtomicU64; LIVE_CHUNK]>>,
+}
+
+const LIVE_CHUNK: usize = 512;
+
+impl LiveSlots {
+    fn get(&mut self, index: usize) -> &AtomicU64 {
+        while self.chunks.len() <= index / LIVE_CHUNK {
+            self.chunks
+                .push(Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
+        }
+        &self.chunks[index / LIVE_CHUNK][index % LIVE_CHUNK]
+    }
 }
 
 /// B-trees rather than hash maps: their nodes are referenced by start address, so leak
@@ -185,7 +197,10 @@ struct Member {
 #[derive(Default)]
 struct State {
     batches: BTreeMap<u64, Batch>,
-    members: BTreeMap<u64, Member>,
+    /// Registered objects by index (`Registration::id`); free indices are reused.
+    members: Vec<Option<Member>>,
+    free: Vec<usize>,
+    live: LiveSlots,
     /// Unsealed batches per format and level, in registration order (debugger attached).
     levels: BTreeMap<(u8, usize), Vec<u64>>,
     /// The compact batch appended to in place, per architecture (no debugger).
@@ -293,13 +308,6 @@ fn fresh_live_key() -> u64 {
     (z ^ (z >> 31)) | 1
 }
 
-fn live_check(live: &AtomicU64) -> LiveCheck {
-    LiveCheck {
-        address: live as *const AtomicU64 as u64,
-        key: live.load(Ordering::Relaxed),
-    }
-}
-
 /// Encodes `object` in `format` and registers it with the debugger.
 ///
 /// The object is in the descriptor's list, consistent, when this returns (attach and core
@@ -320,7 +328,6 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     object.validate()?;
-    let live = Box::new(AtomicU64::new(fresh_live_key()));
     let functions = object.functions().len();
     let big = functions >= BIG_OBJECT;
     let arch = object.arch();
@@ -331,7 +338,9 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         let (mut elf, model) = match format {
             Format::Compact => {
                 scratch.clear();
-                crate::format::encode_record(&mut scratch, object, Some(live_check(&live)))?;
+                // The slot is assigned under the lock; its address and key are patched in.
+                let placeholder = LiveCheck { address: 0, key: 1 };
+                crate::format::encode_record(&mut scratch, object, Some(placeholder))?;
                 (None, None)
             }
             Format::Elf => (
@@ -346,7 +355,14 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         };
         let id = {
             let mut st = registry();
-            let id = st.fresh_id();
+            let id = st.new_member(model);
+            if format == Format::Compact {
+                let slot = st.live.get(id as usize);
+                let key = fresh_live_key();
+                slot.store(key, Ordering::Release);
+                let address = slot as *const AtomicU64 as u64;
+                crate::format::patch_live_check(&mut scratch, LiveCheck { address, key });
+            }
             let attached = descriptor::debugger_attached();
             let quiet = format == Format::Compact
                 && !big
@@ -378,14 +394,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 };
                 st.link_new(cell, format, level, buf, vec![slot])
             };
-            st.members.insert(
-                id,
-                Member {
-                    live,
-                    batch: batch_id,
-                    model,
-                },
-            );
+            st.member(id).batch = batch_id;
             if !quiet && !big {
                 st.level_push(format, 0, batch_id);
             }
@@ -411,6 +420,32 @@ impl State {
         self.next_id
     }
 
+    /// A member index for a new registration (its batch is set by the caller).
+    fn new_member(&mut self, model: Option<Arc<JitObject>>) -> u64 {
+        let m = Member { batch: 0, model };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.members[i] = Some(m);
+                i
+            }
+            None => {
+                self.members.push(Some(m));
+                self.members.len() - 1
+            }
+        };
+        i as u64
+    }
+
+    fn member(&mut self, id: u64) -> &mut Member {
+        self.members[id as usize]
+            .as_mut()
+            .expect("a registered member")
+    }
+
+    fn member_ref(&self, id: u64) -> Option<&Member> {
+        self.members.get(id as usize)?.as_ref()
+    }
+
     /// Links a new entry (`cell`, allocated before `buf`) for `buf` holding `members`;
     /// returns its batch id.
     fn link_new(
@@ -429,7 +464,7 @@ impl State {
         unsafe { descriptor::link(batch.entry()) };
         let batch_id = self.fresh_id();
         for s in &batch.members {
-            if let Some(m) = self.members.get_mut(&s.id) {
+            if let Some(Some(m)) = self.members.get_mut(s.id as usize) {
                 m.batch = batch_id;
             }
         }
@@ -634,7 +669,7 @@ impl State {
                 let slots: Vec<Slot> = parts.iter().flat_map(|b| b.members.clone()).collect();
                 let models: Vec<&JitObject> = slots
                     .iter()
-                    .filter_map(|s| self.members.get(&s.id)?.model.as_deref())
+                    .filter_map(|s| self.member_ref(s.id)?.model.as_deref())
                     .collect();
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
                 let buf = crate::elf::encode(&JitObject::merged(arch, models.iter().copied()))?;
@@ -711,13 +746,12 @@ impl State {
         };
         *cell.entry.get_mut() = JitCodeEntry::new(&buf);
         // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
-        // take the old ones' place in the batch right after (the old payload and graves are
-        // freed only then, after the debugger was told).
+        // take the old ones' place in the batch right after (the old payload is freed only
+        // then, after the debugger was told).
         unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
         batch.buf = buf;
         batch.members = slots;
-        batch.graves.clear();
         batch.dead = 0;
     }
 
@@ -725,35 +759,40 @@ impl State {
     /// without a debugger, the object's live slot is cleared and its record left in place (a
     /// tombstone, skipped by every reader); with one, the batch is rewritten without it.
     fn remove(&mut self, id: u64) {
-        let Some(member) = self.members.remove(&id) else {
+        let Some(member) = self.members.get_mut(id as usize).and_then(Option::take) else {
             return;
         };
-        let batch_id = member.batch;
+        self.unregister(id, member.batch);
+        self.live.get(id as usize).store(0, Ordering::Release);
+        self.free.push(id as usize);
+    }
+
+    /// Takes member `id` out of `batch_id` (see `remove`). The caller clears the live slot
+    /// afterwards (a tombstone's slot is cleared here, before anything else).
+    fn unregister(&mut self, id: u64, batch_id: u64) {
         let Some(batch) = self.batches.get_mut(&batch_id) else {
-            member.live.store(0, Ordering::Release);
             return;
         };
         let Some(pos) = batch.members.iter().position(|s| s.id == id) else {
-            member.live.store(0, Ordering::Release);
             return;
         };
         let slot = batch.members.remove(pos);
         if batch.members.is_empty() {
             self.unlink_batch(batch_id);
-            member.live.store(0, Ordering::Release);
             return;
         }
         if batch.format == Format::Compact && !descriptor::debugger_attached() {
-            member.live.store(0, Ordering::Release);
             batch.dead += slot.len;
-            batch.graves.push(member.live);
+            let dead = batch.dead;
+            let len = batch.buf.len();
+            self.live.get(id as usize).store(0, Ordering::Release);
             if descriptor::debugger_attached() {
                 // Attached meanwhile: it may have read the object while live.
                 self.rewrite(batch_id);
                 if self.deferred.is_none() {
                     self.seal(batch_id);
                 }
-            } else if batch.dead >= COMPACT_MIN_DEAD && batch.dead * 2 > batch.buf.len() {
+            } else if dead >= COMPACT_MIN_DEAD && dead * 2 > len {
                 self.rewrite(batch_id);
             }
             return;
@@ -764,7 +803,6 @@ impl State {
         if self.deferred.is_none() && self.open.values().any(|&b| b == batch_id) {
             self.seal(batch_id);
         }
-        member.live.store(0, Ordering::Release);
     }
 }
 

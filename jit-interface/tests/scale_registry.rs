@@ -41,7 +41,8 @@ fn listed() -> (BTreeMap<String, usize>, usize, usize) {
                 let live = obj.live.expect("registry payloads carry live checks");
                 let slot = (live.address as *const u64).read_volatile();
                 if slot != live.key {
-                    assert_eq!(slot, 0, "a tombstone's slot holds something else");
+                    // A tombstone: its slot was cleared, or reused by a later registration
+                    // with a fresh key.
                     tombstones += 1;
                     continue;
                 }

@@ -21,7 +21,7 @@ use crate::bindings::{
 use crate::index::Index;
 use crate::memory::Memory;
 use crate::report::{self, debug};
-use crate::symbols::{self, Plan};
+use crate::symbols::{self, LinePlan, Plan};
 use crate::unwind::x86_64::OUTERMOST as x86_64_OUTERMOST;
 use crate::unwind::{self, Outcome, Registers};
 
@@ -113,7 +113,7 @@ unsafe extern "C" fn read(
 }
 
 fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
-    let decoded = match decode_all(payload) {
+    let mut decoded = match decode_all(payload) {
         Ok(d) => d,
         Err(DecodeError::NotOurs) => {
             debug!(
@@ -127,6 +127,13 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             return gdb_status_GDB_FAIL;
         }
     };
+    let mem = GdbMemory(syms.target_read);
+    for t in symbols::drop_tombstones(&mut decoded, &mem) {
+        debug!(
+            "skipped an unregistered object ({} function(s), first `{}`): its live slot {:#x} holds {:#x}, not its key {:#x}",
+            t.functions, t.first, t.live.address, t.found, t.live.key
+        );
+    }
     let plan = match symbols::plan(&decoded) {
         Ok(p) => p,
         Err(why) => {
@@ -134,8 +141,9 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             return gdb_status_GDB_FAIL;
         }
     };
+    // Even with every object skipped, the entry is ours: an empty object keeps GDB from
+    // trying to read it as an object file (and saying it is not one).
     syms.emit(&plan);
-    let mem = GdbMemory(syms.target_read);
     let added = index().add(&decoded, &mem);
     debug!(
         "read an entry of {} bytes: {} object(s), {added} function(s), {} symtab(s)",
@@ -199,39 +207,44 @@ impl SymbolCallbacks {
     /// Hands the plan to GDB: one object (one objfile, tied to the entry), its symtabs.
     fn emit(&self, plan: &Plan) {
         let cb = self.cb;
+        let str_at = |offset: usize| plan.str_at(offset).as_ptr();
         // SAFETY (all calls below): `cb` is GDB's table for this `read` call; the handles
-        // passed back are the ones GDB returned in this call; strings are NUL-terminated
-        // CStrings and the line array a live Vec, all outliving the calls (GDB copies them).
+        // passed back are the ones GDB returned in this call; strings point into the
+        // plan's NUL-terminated buffer and the line rows into its vector, both outliving
+        // the calls (GDB copies them).
         let obj = unsafe { (self.object_open)(cb) };
+        let mut handles: Vec<*mut gdb_block> = Vec::new();
         for st in &plan.symtabs {
-            let file = st.file.as_ref().map_or(ptr::null(), |f| f.as_ptr());
+            let file = st.file.map_or(ptr::null(), str_at);
             // SAFETY: see above.
             let symtab = unsafe { (self.symtab_open)(cb, obj, file) };
-            let mut handles: Vec<*mut gdb_block> = Vec::with_capacity(st.blocks.len());
-            for b in &st.blocks {
+            handles.clear();
+            for b in &plan.blocks[st.blocks.clone()] {
                 let parent = b
                     .parent
                     .and_then(|p| handles.get(p).copied())
                     .unwrap_or(ptr::null_mut());
                 // SAFETY: see above.
                 let h = unsafe {
-                    (self.block_open)(cb, symtab, parent, b.begin, b.end, b.name.as_ptr())
+                    (self.block_open)(cb, symtab, parent, b.begin, b.end, str_at(b.name))
                 };
                 handles.push(h);
             }
-            if !st.lines.is_empty() {
-                let mut lines: Vec<gdb_line_mapping> = st
-                    .lines
-                    .iter()
-                    .map(|l| gdb_line_mapping {
-                        line: l.line,
-                        pc: l.pc,
-                    })
-                    .collect();
+            let lines = &plan.lines[st.lines.clone()];
+            if !lines.is_empty() {
                 // The plan caps the count at i32::MAX.
                 let n = c_int::try_from(lines.len()).unwrap_or(c_int::MAX);
-                // SAFETY: see above; `n` <= lines.len().
-                unsafe { (self.line_mapping_add)(cb, symtab, n, lines.as_mut_ptr()) };
+                // SAFETY: see above; `n` <= lines.len(), and `LinePlan` has the layout of
+                // `gdb_line_mapping` (checked below). GDB only reads the rows (it copies
+                // them into its own table), so passing a pointer to shared data is sound.
+                unsafe {
+                    (self.line_mapping_add)(
+                        cb,
+                        symtab,
+                        n,
+                        lines.as_ptr().cast::<gdb_line_mapping>().cast_mut(),
+                    )
+                };
             }
             // SAFETY: see above.
             unsafe { (self.symtab_close)(cb, symtab) };
@@ -240,6 +253,15 @@ impl SymbolCallbacks {
         unsafe { (self.object_close)(cb, obj) };
     }
 }
+
+// The plan's line rows are handed to GDB as its own type.
+const _: () = {
+    use std::mem::{align_of, offset_of, size_of};
+    assert!(size_of::<LinePlan>() == size_of::<gdb_line_mapping>());
+    assert!(align_of::<LinePlan>() == align_of::<gdb_line_mapping>());
+    assert!(offset_of!(LinePlan, line) == offset_of!(gdb_line_mapping, line));
+    assert!(offset_of!(LinePlan, pc) == offset_of!(gdb_line_mapping, pc));
+};
 
 /// Target memory through GDB's `target_read`.
 struct GdbMemory(gdb_target_read);
@@ -400,7 +422,7 @@ unsafe extern "C" fn unwind(
                         }
                         debug!(
                             "unwound {} at pc {:#x} (looked up {lookup_pc:#x}): caller pc {:#x} sp {:#x} fp {}",
-                            func.name,
+                            func.name(),
                             regs.pc,
                             c.pc,
                             c.sp,
@@ -410,11 +432,12 @@ unsafe extern "C" fn unwind(
                     // Claim the frame but give no caller registers: GDB shows the frame and
                     // ends the backtrace ("frame did not save the PC").
                     Err(why) if why.contains(x86_64_OUTERMOST) => {
-                        debug!("{} at pc {:#x}: {why}", func.name, regs.pc)
+                        debug!("{} at pc {:#x}: {why}", func.name(), regs.pc)
                     }
                     Err(why) => report::backtrace_ends(format!(
                         "backtrace ends in {} at pc {:#x}: {why}",
-                        func.name, regs.pc
+                        func.name(),
+                        regs.pc
                     )),
                 }
                 gdb_status_GDB_SUCCESS

@@ -18,13 +18,17 @@
 //!
 //! GDB never tells a reader that an entry was unregistered, so the index trusts an entry
 //! only after confirming, through target memory, that the entry's live slot still holds the
-//! key its payload names (see [`jit_interface::format::LiveCheck`]).
+//! key its payload names (see [`jit_interface::format::LiveCheck`]). The same check runs
+//! when a payload is read: an object whose slot holds something else (an unregistered
+//! object a registry left in place inside a batch) is neither shown to GDB nor indexed; a
+//! slot that cannot be read (absent from a core file) counts as live, as the format says.
 //!
 //! What it prints (stderr, prefixed `jit-reader:`): the first three damaged payloads it
 //! refuses, with the decoder's reason (then only a count), and, once per distinct message,
 //! why a backtrace ends at a JIT frame whose caller cannot be found sanely. The environment
 //! variable `JIT_READER_DEBUG=1` (read at `jit-reader-load`) adds every refusal with the
-//! payload's first bytes, every entry read and every frame unwound.
+//! payload's first bytes, every entry read, every unregistered object skipped and every
+//! frame unwound.
 //!
 //! Limits (GDB 13's reader API): functions are `void()` without parameters or locals, and
 //! GDB does not find them by name (`break NAME`, `frame function NAME`); everything that

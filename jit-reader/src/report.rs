@@ -6,8 +6,8 @@
 //! JIT frame whose caller cannot be found sanely (GDB then ends the backtrace there with
 //! "PC not saved"), once per distinct message. With the
 //! environment variable `JIT_READER_DEBUG=1` (read when the reader is loaded) every refusal
-//! is printed with the payload's first bytes, plus one line per entry read and per frame
-//! unwound or declined.
+//! is printed with the payload's first bytes, plus one line per entry read, per
+//! unregistered object skipped and per frame unwound or declined.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -15,27 +15,45 @@
 //!   All rows of all the symtab's functions go in at once, sorted by address, and each
 //!   function's end gets a line-0 row (GDB's end-of-sequence marker) unless another row
 //!   starts there, so that addresses after a function's last row are not given its line.
+//!
+//! GDB copies everything it is given, and a payload may hold a hundred thousand functions:
+//! the plan keeps all strings in one buffer and all blocks and rows in one vector each, and
+//! skips sorting what is already in order (the common case: one object's functions in
+//! address order, rows in offset order).
+//!
+//! Objects whose live slot no longer holds their key ([`drop_tombstones`]) are left out
+//! before planning: a registry may leave unregistered objects in place inside a payload.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::ffi::CStr;
+use std::ops::Range;
 
-use jit_interface::{Decoded, Function};
+use jit_interface::{Decoded, Function, LiveCheck};
+
+use crate::memory::Memory;
 
 /// Everything GDB is told about one payload.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
+    /// File, function and block names, each NUL-terminated; referred to by offset.
+    pub strings: Vec<u8>,
     pub symtabs: Vec<SymtabPlan>,
+    /// The blocks of all symtabs, each symtab's in the order they are to be opened.
+    pub blocks: Vec<BlockPlan>,
+    /// The line tables of all symtabs.
+    pub lines: Vec<LinePlan>,
 }
 
 /// One symtab: a source file's functions, blocks and line table.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SymtabPlan {
-    /// `None`: functions without source lines.
-    pub file: Option<CString>,
-    /// In the order they are to be opened; never empty.
-    pub blocks: Vec<BlockPlan>,
-    /// Sorted by address; line 0 marks the end of a function's rows.
-    pub lines: Vec<LinePlan>,
+    /// Offset of the file name in [`Plan::strings`]; `None`: functions without source lines.
+    pub file: Option<usize>,
+    /// Its blocks in [`Plan::blocks`]; never empty.
+    pub blocks: Range<usize>,
+    /// Its line table in [`Plan::lines`]: sorted by address; line 0 marks the end of a
+    /// function's rows.
+    pub lines: Range<usize>,
 }
 
 /// One block: a function, or a nested block of one.
@@ -43,35 +61,151 @@ pub struct SymtabPlan {
 pub struct BlockPlan {
     pub begin: u64,
     pub end: u64,
-    pub name: CString,
-    /// Index of the enclosing block in the same symtab (always an earlier one).
+    /// Offset of the name in [`Plan::strings`].
+    pub name: usize,
+    /// Index of the enclosing block among the same symtab's blocks (always an earlier one).
     pub parent: Option<usize>,
 }
 
-/// One line-table row.
+/// One line-table row, laid out like GDB's `gdb_line_mapping` so that a symtab's rows are
+/// handed over as they are.
+#[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LinePlan {
-    pub pc: u64,
     pub line: i32,
+    pub pc: u64,
 }
 
-fn c_string(what: &str, s: &str) -> Result<CString, String> {
-    CString::new(s).map_err(|_| format!("{what} `{}` contains a NUL byte", s.replace('\0', "\\0")))
+impl Plan {
+    /// The NUL-terminated string at `offset` in [`Plan::strings`].
+    pub fn str_at(&self, offset: usize) -> &CStr {
+        self.strings
+            .get(offset..)
+            .and_then(|s| CStr::from_bytes_until_nul(s).ok())
+            .unwrap_or_default()
+    }
+
+    /// Appends a name; an error if it contains a NUL byte (GDB takes C strings).
+    fn push_str(&mut self, what: &str, s: &str) -> Result<usize, String> {
+        if s.as_bytes().contains(&0) {
+            return Err(format!(
+                "{what} `{}` contains a NUL byte",
+                s.replace('\0', "\\0")
+            ));
+        }
+        let at = self.strings.len();
+        self.strings.extend_from_slice(s.as_bytes());
+        self.strings.push(0);
+        Ok(at)
+    }
+}
+
+/// An object left out because its live slot no longer holds its key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tombstone {
+    /// Name of its first function.
+    pub first: String,
+    pub functions: usize,
+    pub live: LiveCheck,
+    /// What the slot held instead of the key.
+    pub found: u64,
+}
+
+/// Largest span of target memory read at once to check several live slots.
+const SLOT_SPAN: u64 = 4096;
+
+/// Removes the objects whose live slot, read through `mem`, holds something other than their
+/// key: unregistered objects a registry left in place inside a payload. A slot that cannot
+/// be read (e.g. memory absent from a core file) counts as live, as the format says.
+/// Slots close to each other are read together: a bundle may hold a thousand objects.
+pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tombstone> {
+    // (slot address, object index), by address.
+    let mut slots: Vec<(u64, usize)> = decoded
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| d.live.map(|l| (l.address, i)))
+        .collect();
+    if slots.is_empty() {
+        return Vec::new();
+    }
+    slots.sort_unstable();
+    // What each object's slot holds, if it could be read.
+    let mut held: Vec<Option<u64>> = vec![None; decoded.len()];
+    let mut buf = Vec::new();
+    let mut i = 0;
+    while i < slots.len() {
+        let first = slots[i].0;
+        let mut n = 1;
+        while i + n < slots.len()
+            && slots[i + n].0 - first <= SLOT_SPAN - 8
+            && first.checked_add(SLOT_SPAN).is_some()
+        {
+            n += 1;
+        }
+        let group = &slots[i..i + n];
+        let span = (group[n - 1].0 - first + 8) as usize;
+        buf.resize(span, 0);
+        if n > 1 && mem.read(first, &mut buf) {
+            for &(a, k) in group {
+                let o = (a - first) as usize;
+                let word: [u8; 8] = buf[o..o + 8].try_into().unwrap_or_default();
+                held[k] = Some(u64::from_le_bytes(word));
+            }
+        } else {
+            // One slot, or a span with an unreadable page: slot by slot.
+            for &(a, k) in group {
+                held[k] = mem.read_u64(a);
+            }
+        }
+        i += n;
+    }
+    let mut dropped = Vec::new();
+    let mut k = 0;
+    decoded.retain(|d| {
+        let found = held[k];
+        k += 1;
+        match (d.live, found) {
+            (Some(live), Some(found)) if found != live.key => {
+                dropped.push(Tombstone {
+                    first: d
+                        .object
+                        .functions()
+                        .first()
+                        .map_or_else(String::new, |f| f.name().to_owned()),
+                    functions: d.object.functions().len(),
+                    live,
+                    found,
+                });
+                false
+            }
+            _ => true,
+        }
+    });
+    dropped
 }
 
 /// Builds the symbol tables of a payload's objects. Errors name the first problem found
 /// (the decoder validates; this guards what GDB would be given all the same).
 pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
     let mut by_file: BTreeMap<Option<&str>, Vec<&Function>> = BTreeMap::new();
+    let mut total = 0;
     for d in decoded {
+        total += d.object.functions().len();
         for f in d.object.functions() {
             by_file.entry(f.file()).or_default().push(f);
         }
     }
-    let mut symtabs = Vec::with_capacity(by_file.len());
+    let mut p = Plan {
+        strings: Vec::with_capacity(total * 24),
+        symtabs: Vec::with_capacity(by_file.len()),
+        blocks: Vec::with_capacity(total),
+        lines: Vec::new(),
+    };
     for (file, mut fns) in by_file {
-        let file = file.map(|f| c_string("the file name", f)).transpose()?;
-        fns.sort_by_key(|f| f.start());
+        let file = file.map(|f| p.push_str("the file name", f)).transpose()?;
+        if !fns.windows(2).all(|w| w[0].start() <= w[1].start()) {
+            fns.sort_by_key(|f| f.start());
+        }
         let mut rest = &fns[..];
         while !rest.is_empty() {
             // The run ends at the first function that starts after everything before it.
@@ -82,42 +216,61 @@ pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
                 n += 1;
             }
             let (run, tail) = rest.split_at(n);
-            symtabs.push(SymtabPlan {
-                file: file.clone(),
-                blocks: blocks(run)?,
-                lines: lines(run)?,
+            let b0 = p.blocks.len();
+            blocks(&mut p, run)?;
+            let l0 = p.lines.len();
+            lines(&mut p, run)?;
+            p.symtabs.push(SymtabPlan {
+                file,
+                blocks: b0..p.blocks.len(),
+                lines: l0..p.lines.len(),
             });
             rest = tail;
         }
     }
-    Ok(Plan { symtabs })
+    Ok(p)
 }
 
-struct RawBlock {
-    begin: u64,
-    end: u64,
-    name: CString,
-    parent: Option<usize>,
+/// A function's range, or why it has none.
+fn range(f: &Function) -> Result<(u64, u64), String> {
+    let start = f.start();
+    start
+        .checked_add(u64::from(f.size()))
+        .filter(|&e| e > start)
+        .map(|e| (start, e))
+        .ok_or_else(|| {
+            format!(
+                "function `{}` at {start:#x} has an empty or wrapping range",
+                f.name()
+            )
+        })
 }
 
-fn blocks(fns: &[&Function]) -> Result<Vec<BlockPlan>, String> {
-    let mut raw: Vec<RawBlock> = Vec::new();
+/// Appends the blocks of a run of functions (sorted by start) in GDB's order.
+fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
+    let disjoint = fns.windows(2).all(|w| w[0].end() <= w[1].start());
+    if disjoint && fns.iter().all(|f| f.blocks().is_empty()) {
+        // Already in GDB's order: one block per function, by address.
+        for f in fns {
+            let (begin, end) = range(f)?;
+            let name = p.push_str("the function name", f.name())?;
+            p.blocks.push(BlockPlan {
+                begin,
+                end,
+                name,
+                parent: None,
+            });
+        }
+        return Ok(());
+    }
+    let mut raw: Vec<BlockPlan> = Vec::new();
     for f in fns {
-        let start = f.start();
-        let end = start
-            .checked_add(u64::from(f.size()))
-            .filter(|&e| e > start)
-            .ok_or_else(|| {
-                format!(
-                    "function `{}` at {start:#x} has an empty or wrapping range",
-                    f.name()
-                )
-            })?;
+        let (start, end) = range(f)?;
         let fb = raw.len();
-        raw.push(RawBlock {
+        raw.push(BlockPlan {
             begin: start,
             end,
-            name: c_string("the function name", f.name())?,
+            name: p.push_str("the function name", f.name())?,
             parent: None,
         });
         for (j, b) in f.blocks().iter().enumerate() {
@@ -125,8 +278,8 @@ fn blocks(fns: &[&Function]) -> Result<Vec<BlockPlan>, String> {
                 |why: String| format!("function `{}`, block {j} `{}`: {why}", f.name(), b.name);
             let parent = match b.parent {
                 None => fb,
-                Some(p) if (p as usize) < j => fb + 1 + p as usize,
-                Some(p) => return Err(bad(format!("its parent {p} does not come before it"))),
+                Some(q) if (q as usize) < j => fb + 1 + q as usize,
+                Some(q) => return Err(bad(format!("its parent {q} does not come before it"))),
             };
             if b.start >= b.end {
                 return Err(bad(format!("the range [{}, {}) is empty", b.start, b.end)));
@@ -139,94 +292,135 @@ fn blocks(fns: &[&Function]) -> Result<Vec<BlockPlan>, String> {
                     pb.begin, pb.end
                 )));
             }
-            raw.push(RawBlock {
+            raw.push(BlockPlan {
                 begin,
                 end: bend,
-                name: c_string("the block name", &b.name)?,
+                name: p.push_str("the block name", &b.name)?,
                 parent: Some(parent),
             });
         }
     }
     // GDB's order; ties keep creation order, so a parent still precedes an equal child.
     let mut order: Vec<usize> = (0..raw.len()).collect();
-    order.sort_by(|&a, &b| {
-        (raw[a].begin, std::cmp::Reverse(raw[a].end), a).cmp(&(
-            raw[b].begin,
-            std::cmp::Reverse(raw[b].end),
-            b,
-        ))
-    });
+    order.sort_by_key(|&a| (raw[a].begin, std::cmp::Reverse(raw[a].end), a));
     let mut new_pos = vec![0usize; raw.len()];
     for (pos, &old) in order.iter().enumerate() {
         new_pos[old] = pos;
     }
-    let mut slots: Vec<Option<RawBlock>> = raw.into_iter().map(Some).collect();
-    let mut out = Vec::with_capacity(slots.len());
-    for &old in &order {
-        let Some(b) = slots[old].take() else {
-            return Err("internal error: a block was ordered twice".into());
-        };
-        let parent = b.parent.map(|p| new_pos[p]);
-        if parent.is_some_and(|p| p >= out.len()) {
+    for (pos, &old) in order.iter().enumerate() {
+        let b = &raw[old];
+        let parent = b.parent.map(|q| new_pos[q]);
+        if parent.is_some_and(|q| q >= pos) {
             return Err("internal error: a block would be opened before its parent".into());
         }
-        out.push(BlockPlan {
-            begin: b.begin,
-            end: b.end,
-            name: b.name,
+        p.blocks.push(BlockPlan {
             parent,
+            ..b.clone()
         });
     }
-    Ok(out)
+    Ok(())
 }
 
-fn lines(fns: &[&Function]) -> Result<Vec<LinePlan>, String> {
-    // (pc, 0 for a real row / 1 for an end marker, line): real rows sort before markers.
-    let mut rows: Vec<(u64, u8, i32)> = Vec::new();
-    for f in fns {
-        if f.lines().is_empty() {
-            continue;
-        }
-        let start = f.start();
-        for (i, r) in f.lines().iter().enumerate() {
-            let bad = |why: String| format!("function `{}`, line row {i}: {why}", f.name());
-            if r.offset >= f.size() {
-                return Err(bad(format!(
-                    "offset {} is outside the function (size {})",
-                    r.offset,
-                    f.size()
-                )));
+/// Checks one line row of `f`; returns its address and line.
+fn line_row(f: &Function, i: usize, offset: u32, line: u32) -> Result<(u64, i32), String> {
+    let bad = |why: String| format!("function `{}`, line row {i}: {why}", f.name());
+    if offset >= f.size() {
+        return Err(bad(format!(
+            "offset {offset} is outside the function (size {})",
+            f.size()
+        )));
+    }
+    let line = i32::try_from(line)
+        .ok()
+        .filter(|&l| l > 0)
+        .ok_or_else(|| bad(format!("line {line} is not between 1 and {}", i32::MAX)))?;
+    Ok((f.start() + u64::from(offset), line))
+}
+
+/// Appends the line table of a run of functions (sorted by start).
+fn lines(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
+    let l0 = p.lines.len();
+    let in_order = fns.windows(2).all(|w| w[0].end() <= w[1].start())
+        && fns
+            .iter()
+            .all(|f| f.lines().windows(2).all(|w| w[0].offset < w[1].offset));
+    if in_order {
+        // Rows come out sorted as they are; only end markers met by a row need dropping.
+        let mut marker_at: Option<u64> = None;
+        for f in fns {
+            if f.lines().is_empty() {
+                continue;
             }
-            let line = i32::try_from(r.line)
-                .ok()
-                .filter(|&l| l > 0)
-                .ok_or_else(|| bad(format!("line {} is not between 1 and {}", r.line, i32::MAX)))?;
-            rows.push((start + u64::from(r.offset), 0, line));
+            for (i, r) in f.lines().iter().enumerate() {
+                let (pc, line) = line_row(f, i, r.offset, r.line)?;
+                if marker_at.take() == Some(pc) {
+                    p.lines.pop();
+                }
+                p.lines.push(LinePlan { line, pc });
+            }
+            p.lines.push(LinePlan {
+                line: 0,
+                pc: f.end(),
+            });
+            marker_at = Some(f.end());
         }
-        rows.push((start + u64::from(f.size()), 1, 0));
-    }
-    rows.sort_unstable();
-    let mut out: Vec<LinePlan> = Vec::with_capacity(rows.len());
-    for (pc, kind, line) in rows {
-        if kind == 1 && out.last().is_some_and(|l: &LinePlan| l.pc == pc) {
-            continue;
+    } else {
+        // (pc, 0 for a real row / 1 for an end marker, line): real rows sort before markers.
+        let mut rows: Vec<(u64, u8, i32)> = Vec::new();
+        for f in fns {
+            if f.lines().is_empty() {
+                continue;
+            }
+            for (i, r) in f.lines().iter().enumerate() {
+                let (pc, line) = line_row(f, i, r.offset, r.line)?;
+                rows.push((pc, 0, line));
+            }
+            rows.push((f.end(), 1, 0));
         }
-        out.push(LinePlan { pc, line });
+        rows.sort_unstable();
+        for (pc, kind, line) in rows {
+            if kind == 1 && p.lines.len() > l0 && p.lines.last().is_some_and(|l| l.pc == pc) {
+                continue;
+            }
+            p.lines.push(LinePlan { line, pc });
+        }
     }
-    if i32::try_from(out.len()).is_err() {
+    let n = p.lines.len() - l0;
+    if i32::try_from(n).is_err() {
         return Err(format!(
-            "{} line rows in one source file: GDB takes at most {}",
-            out.len(),
+            "{n} line rows in one source file: GDB takes at most {}",
             i32::MAX
         ));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use jit_interface::{JitObject, LineRow};
+
+    /// Each symtab's file and its blocks as (name, parent name).
+    fn files(p: &Plan) -> Vec<Option<&str>> {
+        p.symtabs
+            .iter()
+            .map(|s| s.file.map(|f| p.str_at(f).to_str().unwrap()))
+            .collect()
+    }
+
+    fn names(p: &Plan, i: usize) -> Vec<&str> {
+        p.blocks[p.symtabs[i].blocks.clone()]
+            .iter()
+            .map(|b| p.str_at(b.name).to_str().unwrap())
+            .collect()
+    }
+
+    fn lines_of(p: &Plan, i: usize) -> Vec<(u64, i32)> {
+        p.lines[p.symtabs[i].lines.clone()]
+            .iter()
+            .map(|l| (l.pc, l.line))
+            .collect()
+    }
 
     fn one(o: JitObject) -> Vec<Decoded> {
         vec![Decoded {
@@ -253,28 +447,13 @@ mod tests {
         o.set_lines(c, "y.js", &rows(&[(2, 7)])).unwrap();
         o.add_function("d", 0x4000, 0x10).unwrap();
         let p = plan(&one(o)).unwrap();
-        let files: Vec<Option<&str>> = p
-            .symtabs
-            .iter()
-            .map(|s| s.file.as_deref().map(|f| f.to_str().unwrap()))
-            .collect();
         // `b` and `a` are not adjacent: a symtab each, in address order.
-        assert_eq!(files, [None, Some("x.js"), Some("x.js"), Some("y.js")]);
-        let names = |i: usize| -> Vec<&str> {
-            p.symtabs[i]
-                .blocks
-                .iter()
-                .map(|b| b.name.to_str().unwrap())
-                .collect()
-        };
-        assert_eq!((names(1), names(2)), (vec!["b"], vec!["a"]));
-        let lines = |i: usize| -> Vec<(u64, i32)> {
-            p.symtabs[i].lines.iter().map(|l| (l.pc, l.line)).collect()
-        };
-        assert_eq!(lines(1), [(0x1000, 10), (0x1010, 0)]);
-        assert_eq!(lines(2), [(0x2000, 1), (0x2004, 2), (0x2010, 0)]);
+        assert_eq!(files(&p), [None, Some("x.js"), Some("x.js"), Some("y.js")]);
+        assert_eq!((names(&p, 1), names(&p, 2)), (vec!["b"], vec!["a"]));
+        assert_eq!(lines_of(&p, 1), [(0x1000, 10), (0x1010, 0)]);
+        assert_eq!(lines_of(&p, 2), [(0x2000, 1), (0x2004, 2), (0x2010, 0)]);
         assert!(p.symtabs[0].lines.is_empty());
-        assert_eq!(p.symtabs[0].blocks.len(), 1);
+        assert_eq!(names(&p, 0), ["d"]);
     }
 
     #[test]
@@ -285,8 +464,7 @@ mod tests {
         let b = o.add_function("b", 0x1010, 0x10).unwrap();
         o.set_lines(b, "x.js", &rows(&[(0, 5)])).unwrap();
         let p = plan(&one(o)).unwrap();
-        let lines: Vec<(u64, i32)> = p.symtabs[0].lines.iter().map(|l| (l.pc, l.line)).collect();
-        assert_eq!(lines, [(0x1000, 1), (0x1010, 5), (0x1020, 0)]);
+        assert_eq!(lines_of(&p, 0), [(0x1000, 1), (0x1010, 5), (0x1020, 0)]);
     }
 
     #[test]
@@ -299,14 +477,13 @@ mod tests {
         o.add_block(f, "inl_c", 0x10, 0x80, Some(b0)).unwrap();
         o.add_block(f, "early", 0x0, 0x8, None).unwrap();
         let p = plan(&one(o)).unwrap();
-        let got: Vec<(&str, Option<&str>)> = p.symtabs[0]
-            .blocks
+        let bs = &p.blocks[p.symtabs[0].blocks.clone()];
+        let got: Vec<(&str, Option<&str>)> = bs
             .iter()
             .map(|b| {
                 (
-                    b.name.to_str().unwrap(),
-                    b.parent
-                        .map(|i| p.symtabs[0].blocks[i].name.to_str().unwrap()),
+                    p.str_at(b.name).to_str().unwrap(),
+                    b.parent.map(|i| p.str_at(bs[i].name).to_str().unwrap()),
                 )
             })
             .collect();
@@ -320,7 +497,7 @@ mod tests {
                 ("inl_b", Some("inl_a")),
             ]
         );
-        for (i, b) in p.symtabs[0].blocks.iter().enumerate() {
+        for (i, b) in bs.iter().enumerate() {
             assert!(b.parent.map_or(true, |p| p < i));
         }
     }
@@ -347,11 +524,126 @@ mod tests {
         ];
         let p = plan(&d).unwrap();
         // `a` alone (a gap follows it), then `b` and `c`, adjacent though from two objects.
-        let names: Vec<Vec<&str>> = p
-            .symtabs
+        assert_eq!((names(&p, 0), names(&p, 1)), (vec!["a"], vec!["b", "c"]));
+    }
+
+    #[test]
+    fn rows_out_of_order_are_sorted_and_overlaps_keep_gdb_order() {
+        // Two objects of one bundle whose functions overlap (nothing forbids it across
+        // objects): the general path.
+        let mut o1 = JitObject::new();
+        let a = o1.add_function("a", 0x1000, 0x20).unwrap();
+        o1.set_lines(a, "x.js", &rows(&[(0, 1), (0x10, 2)]))
+            .unwrap();
+        let mut o2 = JitObject::new();
+        let b = o2.add_function("b", 0x1010, 0x20).unwrap();
+        o2.set_lines(b, "x.js", &rows(&[(0, 7), (4, 6)])).unwrap();
+        let d = vec![
+            Decoded {
+                object: o1,
+                live: None,
+            },
+            Decoded {
+                object: o2,
+                live: None,
+            },
+        ];
+        let p = plan(&d).unwrap();
+        assert_eq!(names(&p, 0), ["a", "b"]);
+        assert_eq!(
+            lines_of(&p, 0),
+            [
+                (0x1000, 1),
+                (0x1010, 2),
+                (0x1010, 7),
+                (0x1014, 6),
+                (0x1020, 0),
+                (0x1030, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn names_with_nul_are_refused() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 0x10).unwrap();
+        o.set_lines(f, "x.js", &rows(&[(0, 1)])).unwrap();
+        let mut p = Plan::default();
+        assert!(p
+            .push_str("the function name", "a\0b")
+            .unwrap_err()
+            .contains("a\\0b"));
+        let at = p.push_str("n", "ok").unwrap();
+        assert_eq!(p.str_at(at).to_str().unwrap(), "ok");
+        assert!(plan(&one(o)).is_ok());
+    }
+
+    /// Target memory as a map of 8-byte words, counting reads.
+    #[derive(Default)]
+    struct Words {
+        words: std::collections::HashMap<u64, u64>,
+        reads: std::cell::Cell<usize>,
+    }
+
+    impl Memory for Words {
+        fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
+            self.reads.set(self.reads.get() + 1);
+            for (i, chunk) in buf.chunks_mut(8).enumerate() {
+                let Some(w) = self.words.get(&(addr + 8 * i as u64)) else {
+                    return false;
+                };
+                chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+            }
+            true
+        }
+    }
+
+    fn with_slot(name: &str, start: u64, slot: Option<(u64, u64)>) -> Decoded {
+        let mut o = JitObject::new();
+        o.add_function(name, start, 0x10).unwrap();
+        Decoded {
+            object: o,
+            live: slot.map(|(address, key)| LiveCheck { address, key }),
+        }
+    }
+
+    #[test]
+    fn tombstones_are_dropped_and_unreadable_slots_count_as_live() {
+        let mut mem = Words::default();
+        // Slots 0x500.. are adjacent (read together); 0x5000 is unreadable, 0x9000 far away.
+        mem.words.insert(0x500, 11);
+        mem.words.insert(0x508, 0); // cleared: unregistered
+        mem.words.insert(0x510, 13);
+        mem.words.insert(0x9000, 99); // reused for something else
+        let mut d = vec![
+            with_slot("live_a", 0x1000, Some((0x500, 11))),
+            with_slot("gone_b", 0x1010, Some((0x508, 12))),
+            with_slot("live_c", 0x1020, Some((0x510, 13))),
+            with_slot("no_slot", 0x1030, None),
+            with_slot("unreadable", 0x1040, Some((0x5000, 14))),
+            with_slot("gone_e", 0x1050, Some((0x9000, 15))),
+        ];
+        let gone = drop_tombstones(&mut d, &mem);
+        let kept: Vec<&str> = d.iter().map(|d| d.object.functions()[0].name()).collect();
+        assert_eq!(kept, ["live_a", "live_c", "no_slot", "unreadable"]);
+        let gone: Vec<(&str, usize, u64, u64)> = gone
             .iter()
-            .map(|s| s.blocks.iter().map(|b| b.name.to_str().unwrap()).collect())
+            .map(|t| (t.first.as_str(), t.functions, t.live.address, t.found))
             .collect();
-        assert_eq!(names, [vec!["a"], vec!["b", "c"]]);
+        assert_eq!(gone, [("gone_b", 1, 0x508, 0), ("gone_e", 1, 0x9000, 99)]);
+        // [0x500, 0x518) in one read, then 0x5000 and 0x9000.
+        assert_eq!(mem.reads.get(), 3);
+        // What is left plans as usual, without the tombstones.
+        let p = plan(&d).unwrap();
+        let planned: Vec<&str> = (0..p.symtabs.len()).flat_map(|i| names(&p, i)).collect();
+        assert_eq!(planned, kept);
+    }
+
+    #[test]
+    fn without_live_slots_nothing_is_read() {
+        let mem = Words::default();
+        let mut d = vec![with_slot("f", 0x1000, None)];
+        assert!(drop_tombstones(&mut d, &mem).is_empty());
+        assert_eq!((d.len(), mem.reads.get()), (1, 0));
     }
 }

@@ -24,6 +24,10 @@
 //!   it, `jit_inner_scope` (14..16, the call) (stop).
 //! - `many`: `READER_HOST_MANY` (default 100,000) functions with lines in one entry, at
 //!   addresses without code, plus `jit_intact_inner` (stop): for timing GDB by hand.
+//! - `tombstone`: one compact payload (linked by hand) of two objects, as a registry leaves
+//!   a batch after unregistering an object in place: `jit_tomb_outer -> jit_tomb_inner`,
+//!   whose live slot holds its key, and `jit_ghost`, whose slot is cleared; the ghost's
+//!   address is in `READER_HOST_GHOST` (stop).
 //!
 //! - `late` (run outside any debugger, then attached to): `jit_quiet_inner` and
 //!   `jit_quiet_gone` are registered while no debugger is attached (appended in place to one
@@ -43,12 +47,17 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use jit_interface::format::{decode_all, encode, DecodeError};
-use jit_interface::{CfaBase, Format, JitObject, LineRow, Registration, UnwindRow};
+use jit_interface::format::{decode_all, encode, DecodeError, HEADER_LEN};
+use jit_interface::{CfaBase, Format, JitObject, LineRow, LiveCheck, Registration, UnwindRow};
 
-const USAGE: &str =
-    "usage: reader_testhost [--source-dir DIR] clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred [wait]";
+const USAGE: &str = "usage: reader_testhost [--source-dir DIR] \
+     clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred|tombstone [wait]";
+
+/// Address of the unregistered function of the `tombstone` mode, for the debugger.
+#[no_mangle]
+pub static READER_HOST_GHOST: AtomicU64 = AtomicU64::new(0);
 
 /// Fixed code address (away from the main host's), so runs are reproducible.
 const BASE: u64 = 0x1b17_0000_0000;
@@ -604,6 +613,40 @@ fn real_main() -> Result<(), String> {
             describe_into(&mut obj, &inner, starts[0], &file)?;
             let _r = jit_interface::register(&obj, Format::Compact).map_err(|e| e.to_string())?;
             stop("many", starts[0]);
+        }
+        "tombstone" => {
+            let inner = frameless_fn("jit_tomb_inner", brk);
+            let probe = frame_pointer_fn("jit_tomb_outer", 0);
+            let ghost = frameless_fn("jit_ghost", brk);
+            let starts = buf.place(&[&inner, &probe, &ghost])?;
+            let outer = frame_pointer_fn("jit_tomb_outer", starts[0]);
+            let starts = buf.place(&[&inner, &outer, &ghost])?;
+            let mut live = JitObject::new();
+            describe_into(&mut live, &inner, starts[0], &file)?;
+            describe_into(&mut live, &outer, starts[1], &file)?;
+            let mut gone = JitObject::new();
+            describe_into(&mut gone, &ghost, starts[2], &file)?;
+            READER_HOST_GHOST.store(starts[2], Ordering::Relaxed);
+            // Live slots that outlive the process's use of them: one holds its key, the
+            // other was cleared when its object was unregistered.
+            let slot = |value: u64| Box::leak(Box::new(AtomicU64::new(value))) as &AtomicU64;
+            let (live_slot, gone_slot) = (slot(0x5eed_0001), slot(0));
+            let check = |s: &AtomicU64, key| LiveCheck {
+                address: s as *const AtomicU64 as u64,
+                key,
+            };
+            let err = |e: jit_interface::Error| e.to_string();
+            let mut payload = encode(&live, Some(check(live_slot, 0x5eed_0001))).map_err(err)?;
+            let tail = encode(&gone, Some(check(gone_slot, 0x5eed_0002))).map_err(err)?;
+            // A payload is its header and object records back to back.
+            payload.extend_from_slice(&tail[HEADER_LEN..]);
+            match decode_all(&payload) {
+                Ok(objects) if objects.len() == 2 => {}
+                other => return Err(format!("the two-object payload decodes as {other:?}")),
+            }
+            println!("reader-testhost: ghost at {:#x}", starts[2]);
+            register_raw(payload);
+            stop("tombstone", starts[1]);
         }
         m => return Err(format!("unknown mode `{m}`\n{USAGE}")),
     }

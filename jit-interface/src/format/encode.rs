@@ -51,22 +51,81 @@ fn check_text_len(s: &str, what: impl FnOnce() -> String) -> Result<()> {
     Ok(())
 }
 
+/// Strings kept in a fixed array and found by scanning; beyond, a hash map finds them.
+const SCAN_MAX: usize = 8;
+
 /// The string table under construction: each distinct string once, in order of first use.
-#[derive(Default)]
+/// Most objects use one file name or a few, often the same for many functions in a row:
+/// the last string found is compared first, a short table is scanned without allocating,
+/// and only a long one is hashed.
 struct Strings<'a> {
-    list: Vec<&'a str>,
-    index: HashMap<&'a str, u64>,
+    /// The first `SCAN_MAX` strings (`len` of them if fewer).
+    first: [&'a str; SCAN_MAX],
+    /// The strings after the first `SCAN_MAX`.
+    rest: Vec<&'a str>,
+    /// Every string's index, once there are more than `SCAN_MAX` (built then: even an
+    /// empty map costs its hasher's random keys).
+    index: Option<HashMap<&'a str, u64>>,
+    len: usize,
+    last: usize,
 }
 
 impl<'a> Strings<'a> {
-    fn intern(&mut self, s: &'a str) -> u64 {
-        if let Some(&i) = self.index.get(s) {
-            return i;
+    fn new() -> Self {
+        Strings {
+            first: [""; SCAN_MAX],
+            rest: Vec::new(),
+            index: None,
+            len: 0,
+            last: 0,
         }
-        let i = self.list.len() as u64;
-        self.list.push(s);
-        self.index.insert(s, i);
-        i
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &'a str> + '_ {
+        self.first[..self.len.min(SCAN_MAX)]
+            .iter()
+            .chain(&self.rest)
+            .copied()
+    }
+
+    #[inline]
+    fn intern(&mut self, s: &'a str) -> u64 {
+        if self.last < self.len.min(SCAN_MAX) {
+            let l = self.first[self.last];
+            // Usually the very same string (functions of one object share their file).
+            if std::ptr::eq(l, s) || l == s {
+                return self.last as u64;
+            }
+        }
+        self.intern_slow(s)
+    }
+
+    fn intern_slow(&mut self, s: &'a str) -> u64 {
+        let found = if self.len <= SCAN_MAX {
+            self.first[..self.len].iter().position(|&l| l == s)
+        } else {
+            self.index
+                .as_ref()
+                .and_then(|m| m.get(s))
+                .map(|&i| i as usize)
+        };
+        let i = found.unwrap_or_else(|| {
+            let i = self.len;
+            if i < SCAN_MAX {
+                self.first[i] = s;
+            } else {
+                let first = &self.first;
+                let index = self
+                    .index
+                    .get_or_insert_with(|| first.iter().copied().zip(0..).collect());
+                index.insert(s, i as u64);
+                self.rest.push(s);
+            }
+            self.len += 1;
+            i
+        });
+        self.last = i;
+        i as u64
     }
 }
 
@@ -88,7 +147,10 @@ pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Resu
         ));
     };
     let arch = first.arch();
-    let mut w = Writer::default();
+    // Room for a small object; `write_object` reserves for bigger ones.
+    let mut w = Writer {
+        buf: Vec::with_capacity(128),
+    };
     w.bytes(&header(arch));
     for (k, (object, live)) in objects.iter().enumerate() {
         if object.arch() != arch {
@@ -143,34 +205,41 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
         }
         None => w.u8(0),
     }
-    // The object's string table comes before its functions but is known only after them:
-    // write the functions to a scratch buffer first.
-    let mut strings = Strings::default();
-    let mut body = Writer::default();
+    // The string table comes before the functions that refer to it: collect it in a cheap
+    // first pass (the same interning order as the functions' writing below, so indices
+    // agree), then write the functions straight into the output. Limits are checked while
+    // writing, in record order; on error the caller discards what was written.
+    let mut strings = Strings::new();
+    let mut estimate = 0usize;
+    for f in functions {
+        if let Some(file) = f.file() {
+            strings.intern(file);
+        }
+        for b in f.blocks() {
+            strings.intern(&b.name);
+        }
+        // Typical bytes: name and its length, start delta, size, flags, file index, row
+        // count, one byte per row, a few per block. Only a hint for the reservation.
+        estimate += f.name().len() + 8 + f.lines().len() + 4 * f.blocks().len();
+    }
+    w.buf
+        .reserve(estimate + strings.iter().map(|s| s.len() + 3).sum::<usize>() + 2 * 10);
+    w.uleb(strings.len as u64);
+    for s in strings.iter() {
+        w.text(s);
+    }
+    w.uleb(functions.len() as u64);
     // Function starts are deltas from the previous function's end; line numbers deltas from
     // the previous row, across functions (the state a reader carries through the object).
     let mut prev_end = 0u64;
     let mut line = 1i64;
     for f in functions {
-        write_function(
-            &mut body,
-            &mut strings,
-            object.arch(),
-            f,
-            prev_end,
-            &mut line,
-        )?;
+        write_function(w, &mut strings, object.arch(), f, prev_end, &mut line)?;
         prev_end = f.end();
     }
-    check_count(strings.list.len(), || {
+    check_count(strings.len, || {
         "the number of distinct file and block names of one object".into()
     })?;
-    w.uleb(strings.list.len() as u64);
-    for s in &strings.list {
-        w.text(s);
-    }
-    w.uleb(functions.len() as u64);
-    w.bytes(&body.buf);
     Ok(())
 }
 

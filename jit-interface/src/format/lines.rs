@@ -14,14 +14,14 @@ pub(crate) const ESCAPE: u8 = 0;
 pub(crate) const OPCODE_BASE: u8 = 1;
 
 /// Writes one row as an advance of `offset_adv` bytes and `line_adv` lines.
+#[inline]
 pub(crate) fn write_row(w: &mut Writer, offset_adv: u64, line_adv: i64) {
-    let line_index = line_adv.wrapping_sub(LINE_BASE);
-    if (0..LINE_RANGE as i64).contains(&line_index) && line_adv >= LINE_BASE {
-        let n = offset_adv
-            .checked_mul(LINE_RANGE)
-            .and_then(|v| v.checked_add(line_index as u64))
-            .and_then(|v| v.checked_add(u64::from(OPCODE_BASE)));
-        if let Some(op) = n.filter(|&op| op <= 255) {
+    // Line advances below LINE_BASE wrap to huge values, so one comparison checks both ends.
+    let line_index = line_adv.wrapping_sub(LINE_BASE) as u64;
+    // Offset advances of 22 or more never fit a special opcode (22 * 12 + 1 > 255).
+    if line_index < LINE_RANGE && offset_adv < 22 {
+        let op = offset_adv * LINE_RANGE + line_index + u64::from(OPCODE_BASE);
+        if op <= 255 {
             w.u8(op as u8);
             return;
         }

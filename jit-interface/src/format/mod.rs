@@ -118,6 +118,17 @@ pub fn encode_record(out: &mut Vec<u8>, object: &JitObject, live: Option<LiveChe
     encode::encode_record(out, object, live)
 }
 
+/// Overwrites the live check of a record written by [`encode_record`] with a live check
+/// (the record must have been encoded with one): it sits at a fixed place, right after the
+/// record's first byte, so a registry can assign the slot after encoding.
+pub(crate) fn patch_live_check(record: &mut [u8], live: LiveCheck) {
+    debug_assert!(record.first().is_some_and(|f| f & encode::OBJECT_LIVE != 0));
+    if let Some(at) = record.get_mut(1..17) {
+        at[..8].copy_from_slice(&live.address.to_le_bytes());
+        at[8..].copy_from_slice(&live.key.to_le_bytes());
+    }
+}
+
 /// Decodes a compact payload holding exactly one object; never panics, whatever the bytes.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
     let mut all = decode::decode_all(bytes)?;

@@ -652,6 +652,45 @@ fn sizes_meet_the_goal() {
 }
 
 #[test]
+fn string_table_holds_each_name_once_in_order_of_first_use() {
+    // More distinct names than the encoder scans linearly, revisited out of order, block
+    // names equal to file names: the table must still be the distinct names in first-use
+    // order (file, then blocks, function by function), and every reference must resolve.
+    let files: Vec<String> = (0..13).map(|i| format!("dir/file{i}.js")).collect();
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let mut expected: Vec<String> = Vec::new();
+    let mut note = |s: &str| {
+        if !expected.iter().any(|e| e == s) {
+            expected.push(s.to_string());
+        }
+    };
+    for i in 0..40u32 {
+        let f = o
+            .add_function(&format!("f{i}"), 0x1000 + 64 * u64::from(i), 64)
+            .unwrap();
+        let file = &files[(i as usize * 7) % files.len()];
+        o.set_lines(f, file, &rows(&[(0, i + 1), (8, i + 2)]))
+            .unwrap();
+        note(file);
+        for b in 0..i % 3 {
+            let name = if b == 0 {
+                &files[(i as usize) % 5]
+            } else {
+                "inner"
+            };
+            o.add_block(f, name, 4 * b, 40, b.checked_sub(1)).unwrap();
+            note(name);
+        }
+    }
+    let bytes = encode(&o, None).unwrap();
+    let mut r = wire::Reader::new(&bytes[HEADER_LEN + 1..]);
+    let count = r.uleb("count").unwrap();
+    let table: Vec<&str> = (0..count).map(|_| r.text("string").unwrap()).collect();
+    assert_eq!(table, expected);
+    assert_eq!(decode(&bytes).unwrap().object, o);
+}
+
+#[test]
 fn many_functions_decode() {
     // The scale of the later benchmark: 100,000 functions in 100 objects of one payload.
     let objects: Vec<JitObject> = (0..100)

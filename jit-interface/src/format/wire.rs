@@ -9,6 +9,40 @@ pub(crate) fn invalid(what: impl std::fmt::Display, offset: usize) -> DecodeErro
     DecodeError::Invalid(format!("{what}, at byte offset {offset}"))
 }
 
+/// Most bytes a LEB128 number of 64 bits takes.
+const MAX_LEB_LEN: usize = 10;
+
+/// Writes `v` as ULEB128 at the start of `out` and returns its length (at most
+/// `MAX_LEB_LEN`; `out` must have room for it).
+#[inline]
+fn put_uleb(out: &mut [u8], mut v: u64) -> usize {
+    let mut n = 0;
+    while v >= 0x80 {
+        out[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    out[n] = v as u8;
+    n + 1
+}
+
+/// Writes `v` as SLEB128 at the start of `out` and returns its length (at most
+/// `MAX_LEB_LEN`; `out` must have room for it).
+#[inline]
+fn put_sleb(out: &mut [u8], mut v: i64) -> usize {
+    let mut n = 0;
+    loop {
+        let byte = (v as u8) & 0x7f;
+        v >>= 7; // arithmetic: keeps the sign
+        if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
+            out[n] = byte;
+            return n + 1;
+        }
+        out[n] = byte | 0x80;
+        n += 1;
+    }
+}
+
 /// Appends encoded values to a byte vector.
 #[derive(Default)]
 pub(crate) struct Writer {
@@ -16,44 +50,57 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
+    #[inline]
     pub(crate) fn u8(&mut self, v: u8) {
         self.buf.push(v);
     }
 
+    #[inline]
     pub(crate) fn u64_le(&mut self, v: u64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    #[inline]
     pub(crate) fn bytes(&mut self, b: &[u8]) {
         self.buf.extend_from_slice(b);
     }
 
-    pub(crate) fn uleb(&mut self, mut v: u64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                self.buf.push(byte);
-                return;
-            }
-            self.buf.push(byte | 0x80);
+    #[inline(always)]
+    pub(crate) fn uleb(&mut self, v: u64) {
+        // Most numbers (sizes, counts, indices) take one byte.
+        if v < 0x80 {
+            self.buf.push(v as u8);
+        } else {
+            self.uleb_long(v);
         }
     }
 
-    pub(crate) fn sleb(&mut self, mut v: i64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7; // arithmetic: keeps the sign
-            let done = (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0);
-            if done {
-                self.buf.push(byte);
-                return;
-            }
-            self.buf.push(byte | 0x80);
+    #[inline(never)]
+    fn uleb_long(&mut self, v: u64) {
+        let mut bytes = [0u8; MAX_LEB_LEN];
+        let n = put_uleb(&mut bytes, v);
+        self.buf.extend_from_slice(&bytes[..n]);
+    }
+
+    #[inline(always)]
+    pub(crate) fn sleb(&mut self, v: i64) {
+        // One byte holds -64..=63.
+        if (-0x40..0x40).contains(&v) {
+            self.buf.push((v as u8) & 0x7f);
+        } else {
+            self.sleb_long(v);
         }
+    }
+
+    #[inline(never)]
+    fn sleb_long(&mut self, v: i64) {
+        let mut bytes = [0u8; MAX_LEB_LEN];
+        let n = put_sleb(&mut bytes, v);
+        self.buf.extend_from_slice(&bytes[..n]);
     }
 
     /// A length-prefixed string (the caller has checked it against `MAX_TEXT_LEN`).
+    #[inline]
     pub(crate) fn text(&mut self, s: &str) {
         self.uleb(s.len() as u64);
         self.bytes(s.as_bytes());

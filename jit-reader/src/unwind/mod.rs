@@ -28,8 +28,6 @@
 //! unknown caller: GDB then shows it and ends the backtrace there, instead of handing the
 //! frame to a heuristic unwinder or walking garbage.
 
-use std::sync::Arc;
-
 use jit_interface::Arch;
 
 use crate::index::{CodeFn, Index};
@@ -83,7 +81,7 @@ pub enum Outcome {
     NotOurs(&'static str),
     /// A frame of a JIT function.
     Frame {
-        func: Arc<CodeFn>,
+        func: CodeFn,
         /// The address the function and row were looked up with (PC or PC - 1).
         lookup_pc: u64,
         regs: FrameRegs,
@@ -110,9 +108,8 @@ pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outc
     let Some(pc) = regs.get(nums.pc) else {
         return Outcome::NotOurs("the PC is unknown");
     };
-    // The common case, a PC outside all JIT code, costs one map search and nothing else: no
-    // target read, no allocation (GDB asks on every frame of every backtrace).
-    if !index.covers_or_ends_at(pc) {
+    // The common case, a PC outside all JIT code, costs two map searches and nothing else.
+    if !index.covers(pc) && !pc.checked_sub(1).is_some_and(|a| index.covers(a)) {
         return Outcome::NotOurs("the PC is not in registered JIT code");
     }
     let frame = FrameRegs {
@@ -157,7 +154,7 @@ pub fn frame_id(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Op
     };
     // What `resolve` picks for a PC inside a function past its first byte.
     let (func, lookup_pc) = match index.peek(pc) {
-        Some(f) if pc > f.start => (f.clone(), pc),
+        Some(f) if pc > f.start => (f, pc),
         _ => match unwind(index, regs, mem) {
             Outcome::Frame {
                 func, lookup_pc, ..
@@ -175,7 +172,7 @@ pub fn frame_id(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Op
 }
 
 /// Finds the live function of a frame and the address to look up rows with (module docs).
-fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(Arc<CodeFn>, u64)> {
+fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(CodeFn, u64)> {
     let pc = frame.pc;
     let here = index.lookup(pc, mem);
     if let Some(f) = &here {

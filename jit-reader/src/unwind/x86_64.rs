@@ -61,7 +61,7 @@ pub fn cfa<'f>(
     let Some(row) = func.row_at(offset) else {
         return Err(format!(
             "`{}` has no unwind row for offset {offset}",
-            func.name
+            func.name()
         ));
     };
     let (base_name, base) = match row.cfa_base {
@@ -173,25 +173,17 @@ pub fn step(func: &CodeFn, lookup_pc: u64, regs: &FrameRegs, mem: &dyn Memory) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::{Entry, Index};
+    use crate::index::Index;
     use crate::unwind::testing::{FakeMem, FakeRegs};
     use crate::unwind::{unwind, Outcome};
     use jit_interface::{Arch, Decoded, JitObject, LiveCheck, UnwindRow};
-    use std::sync::Arc;
 
     const CODE: u64 = 0x5555_0000_1000;
     const STACK: u64 = 0x7ffe_0000_8000;
     const NATIVE_RA: u64 = 0x5555_0000_9999;
 
     fn func(rows: &[UnwindRow], size: u32) -> CodeFn {
-        CodeFn {
-            name: "f".into(),
-            start: CODE,
-            end: CODE + u64::from(size),
-            arch: Arch::X86_64,
-            rows: rows.to_vec().into_boxed_slice(),
-            entry: Arc::new(Entry::new(None)),
-        }
+        CodeFn::new("f", CODE, size, Arch::X86_64, rows)
     }
 
     /// `push rbp` ends at 1, `mov rbp, rsp` at 4, `pop rbp` ends at 30, `ret` at 31; 40 bytes.
@@ -497,7 +489,7 @@ mod tests {
                 match unwind(&mut self.index, &regs, &self.mem) {
                     Outcome::NotOurs(why) => return (names, why.into()),
                     Outcome::Frame { func, step, .. } => {
-                        names.push(func.name.clone());
+                        names.push(func.name().to_owned());
                         match step.caller {
                             Err(why) => return (names, why),
                             Ok(c) => {
