@@ -39,10 +39,6 @@ def set_state(want):
     if want != "without":
         gdb.execute(f"jit-reader-load {READERS[want]}", to_string=True)
     state = want
-    # GDB redoes some work lazily after its objfiles change (the reader's objfile comes and
-    # goes): pay it here, not in the next timing.
-    gdb.execute("maintenance flush register-cache", to_string=True)
-    gdb.execute("bt 3", to_string=True)
 
 
 def check(out, prefix):
@@ -78,6 +74,11 @@ def main():
     for rep, (st, which) in rounds:
         set_state(st)
         threads[which].switch()
+        # The same lead-in for every timing: GDB redoes some work lazily after its objfiles
+        # change (the reader's objfile comes and goes) and after a thread switch, and a
+        # native backtrace straight after a JIT one measured slower than after this.
+        gdb.execute("maintenance flush register-cache", to_string=True)
+        gdb.execute("bt 3", to_string=True)
         # Drop the frame cache: every timing unwinds and symbolizes all frames again.
         gdb.execute("maintenance flush register-cache", to_string=True)
         w0, c0 = time.perf_counter(), time.process_time()

@@ -207,7 +207,7 @@ def bt_section():
     w("GDB calls the loaded reader's unwinder for every frame, after allocating a register "
       "snapshot for it, and the reader must read the PC (through GDB's frame machinery) to "
       "know whether the frame is in JIT code: the two trivial readers measure those costs, "
-      "which no reader can avoid. Ours then declines with one map search (no target read, "
+      "which no reader can avoid. Ours then declines after searching its index (no target read, "
       "no allocation); with the reader loaded GDB also holds the JIT functions' symbols. "
       "On a loaded machine differences of a few percent are within the noise.\n")
 
