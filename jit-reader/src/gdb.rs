@@ -459,15 +459,13 @@ unsafe extern "C" fn get_frame_id(
             return none;
         };
         let nums = unwind::host_regs();
-        match unwind::unwind(&mut index(), &ucb, &ucb) {
-            Outcome::Frame {
-                func, regs, step, ..
-            } => gdb_frame_id {
-                code_address: func.start,
-                stack_address: step.cfa.or(regs.sp).unwrap_or(0),
+        match unwind::frame_id(&mut index(), &ucb, &ucb) {
+            Some((code_address, stack_address)) => gdb_frame_id {
+                code_address,
+                stack_address,
             },
             // Only asked for frames `unwind` claimed; stay deterministic regardless.
-            Outcome::NotOurs(_) => gdb_frame_id {
+            None => gdb_frame_id {
                 code_address: ucb.get(nums.pc).unwrap_or(0),
                 stack_address: ucb.get(nums.sp).unwrap_or(0),
             },

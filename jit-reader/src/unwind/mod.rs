@@ -139,6 +139,38 @@ pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outc
     }
 }
 
+/// The identity of a frame that [`unwind`] claimed: (function start, CFA, or the stack
+/// pointer if the CFA cannot be computed); `None` if the frame is not ours. GDB asks for it
+/// on every JIT frame right after `unwind` claimed the frame, with the process stopped, so
+/// the function's liveness is not read again and, except at a function's first byte (see
+/// the module docs), no memory is read at all: every target read is a system call in GDB.
+pub fn frame_id(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Option<(u64, u64)> {
+    let nums = host_regs();
+    let pc = regs.get(nums.pc)?;
+    let frame = FrameRegs {
+        pc,
+        sp: regs.get(nums.sp),
+        fp: regs.get(nums.fp),
+    };
+    // What `resolve` picks for a PC inside a function past its first byte.
+    let (func, lookup_pc) = match index.peek(pc) {
+        Some(f) if pc > f.start => (f, pc),
+        _ => match unwind(index, regs, mem) {
+            Outcome::Frame {
+                func, lookup_pc, ..
+            } => (func, lookup_pc),
+            Outcome::NotOurs(_) => return None,
+        },
+    };
+    let cfa = match (func.arch, Arch::HOST) {
+        (Arch::X86_64, Arch::X86_64) => x86_64::cfa(&func, lookup_pc, &frame)
+            .ok()
+            .map(|(_, _, cfa)| cfa),
+        _ => None,
+    };
+    Some((func.start, cfa.or(frame.sp).unwrap_or(0)))
+}
+
 /// Finds the live function of a frame and the address to look up rows with (module docs).
 fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(CodeFn, u64)> {
     let pc = frame.pc;

@@ -11,7 +11,7 @@
 //! then simply not used for checks by an rbp-based rule. The caller's CFA being above this
 //! one follows when the caller is unwound, since its rsp is this frame's CFA.
 
-use jit_interface::CfaBase;
+use jit_interface::{CfaBase, UnwindRow};
 
 use super::{ArchRegs, CallerRegs, FrameRegs, Memory, Step};
 use crate::index::CodeFn;
@@ -50,31 +50,45 @@ pub fn pushed_return_address(frame: FrameRegs, mem: &dyn Memory) -> bool {
         == Some(frame.pc)
 }
 
-/// Applies `func`'s row for `lookup_pc` to the frame's registers.
-pub fn step(func: &CodeFn, lookup_pc: u64, regs: &FrameRegs, mem: &dyn Memory) -> Step {
-    let stop = |cfa: Option<u64>, why: String| Step {
-        cfa,
-        caller: Err(why),
-    };
+/// The row of `func` for `lookup_pc`, the register it is based on and the canonical frame
+/// address, from the frame's registers alone (no memory read: frame ids need only this).
+pub fn cfa<'f>(
+    func: &'f CodeFn,
+    lookup_pc: u64,
+    regs: &FrameRegs,
+) -> Result<(&'f UnwindRow, u64, u64), String> {
     let offset = lookup_pc.saturating_sub(func.start);
     let Some(row) = func.row_at(offset) else {
-        return stop(
-            None,
-            format!("`{}` has no unwind row for offset {offset}", func.name()),
-        );
+        return Err(format!(
+            "`{}` has no unwind row for offset {offset}",
+            func.name()
+        ));
     };
     let (base_name, base) = match row.cfa_base {
         CfaBase::Sp => ("rsp", regs.sp),
         CfaBase::Fp => ("rbp", regs.fp),
     };
     let Some(base) = base else {
-        return stop(None, format!("{base_name} is unknown in this frame"));
+        return Err(format!("{base_name} is unknown in this frame"));
     };
     let Some(cfa) = base.checked_add_signed(i64::from(row.cfa_offset)) else {
-        return stop(
-            None,
-            format!("CFA = {base_name} {base:#x} + {} overflows", row.cfa_offset),
-        );
+        return Err(format!(
+            "CFA = {base_name} {base:#x} + {} overflows",
+            row.cfa_offset
+        ));
+    };
+    Ok((row, base, cfa))
+}
+
+/// Applies `func`'s row for `lookup_pc` to the frame's registers.
+pub fn step(func: &CodeFn, lookup_pc: u64, regs: &FrameRegs, mem: &dyn Memory) -> Step {
+    let stop = |cfa: Option<u64>, why: String| Step {
+        cfa,
+        caller: Err(why),
+    };
+    let (row, base, cfa) = match cfa(func, lookup_pc, regs) {
+        Ok(found) => found,
+        Err(why) => return stop(None, why),
     };
     let found = Some(cfa);
     if cfa % 8 != 0 {
@@ -103,7 +117,19 @@ pub fn step(func: &CodeFn, lookup_pc: u64, regs: &FrameRegs, mem: &dyn Memory) -
             );
         }
     }
-    let Some(ra) = mem.read_u64(cfa - 8) else {
+    // The usual frame record, saved rbp at CFA - 16 below the return address: one read for
+    // both (every target read is a system call in GDB, and this runs on every JIT frame).
+    // Otherwise, or if it fails, word by word below, which says which word is unreadable.
+    let mut record = [0u8; 16];
+    let pair = (row.fp_offset == -16 && cfa >= 16 && mem.read(cfa - 16, &mut record)).then(|| {
+        let word = |i: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&record[i..i + 8]);
+            u64::from_le_bytes(w)
+        };
+        (word(0), word(8))
+    });
+    let Some(ra) = pair.map(|(_, ra)| ra).or_else(|| mem.read_u64(cfa - 8)) else {
         return stop(
             found,
             format!("the return address at {:#x} is unreadable", cfa - 8),
@@ -120,6 +146,8 @@ pub fn step(func: &CodeFn, lookup_pc: u64, regs: &FrameRegs, mem: &dyn Memory) -
     }
     let fp = if row.fp_offset == 0 {
         regs.fp
+    } else if let Some((saved, _)) = pair {
+        Some(saved)
     } else {
         let Some(slot) = cfa.checked_add_signed(i64::from(row.fp_offset)) else {
             return stop(
@@ -499,6 +527,30 @@ mod tests {
         let (names, why) = m.backtrace(B + 0x10, STACK, fp_b);
         assert_eq!(names, ["b", "a"]);
         assert_eq!(why, "the PC is not in registered JIT code");
+    }
+
+    #[test]
+    fn frame_ids_need_no_memory_and_match_the_unwound_cfa() {
+        let mut m = Machine::new(&[("a", A, 0x100), ("b", B, 0x100)], Some(99));
+        let (fp_b, fp_a) = (STACK + 0x20, STACK + 0x60);
+        record(&mut m.mem, fp_b, fp_a, A + 0x30);
+        record(&mut m.mem, fp_a, STACK + 0x400, NATIVE_RA);
+        let mut regs = FakeRegs::default();
+        regs.0.insert(RIP, B + 0x10);
+        regs.0.insert(RSP, STACK);
+        regs.0.insert(RBP, fp_b);
+        let Outcome::Frame { func, step, .. } = unwind(&mut m.index, &regs, &m.mem) else {
+            panic!("b is ours")
+        };
+        let id = crate::unwind::frame_id(&mut m.index, &regs, &FakeMem::default());
+        assert_eq!(id, Some((func.start, step.cfa.unwrap())));
+        assert_eq!(id, Some((B, fp_b + 16)));
+        // In the prologue the CFA is rsp-based; past the end of all code nothing is ours.
+        regs.0.insert(RIP, A + 1);
+        let id = crate::unwind::frame_id(&mut m.index, &regs, &FakeMem::default());
+        assert_eq!(id, Some((A, STACK + 16)));
+        regs.0.insert(RIP, 0x1000);
+        assert_eq!(crate::unwind::frame_id(&mut m.index, &regs, &m.mem), None);
     }
 
     #[test]

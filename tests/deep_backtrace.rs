@@ -1,0 +1,140 @@
+//! `bt` through 10,000 JIT frames is complete, with both payloads (the deep host of the
+//! backtrace benchmark, `jit-interface/examples/deep_host.rs`: real x86-64 code, four
+//! functions calling each other 10,000 deep in frame-pointer frames). Compact through the
+//! reader plugin, ELF through GDB alone. Every frame must be there, named, in order, at the
+//! line of its call, inside its function, and the backtrace must go on to `main`.
+
+mod common;
+mod reader_support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use reader_support::load_cmd;
+
+const DEPTH: usize = 10_000;
+
+/// `target/<profile>/examples/deep_host`, built on first use like the scale host.
+fn deep_host() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .to_path_buf();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "jit-interface",
+        "--example",
+        "deep_host",
+    ])
+    .arg("--target-dir")
+    .arg(profile_dir.parent().expect("target dir"))
+    .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo");
+    assert!(status.success(), "building the deep host failed");
+    profile_dir.join("examples/deep_host")
+}
+
+/// `jit-fn name=NAME start=0xADDR size=N` lines the host prints: name -> [start, end).
+fn jit_ranges(t: &Transcript) -> Vec<(String, u64, u64)> {
+    t.text
+        .lines()
+        .filter_map(|l| l.strip_prefix("jit-fn "))
+        .map(|l| {
+            let field = |k: &str| {
+                l.split(' ')
+                    .find_map(|f| f.strip_prefix(k))
+                    .unwrap_or_else(|| t.fail(&format!("no {k} in `{l}`")))
+            };
+            let start = parse_hex(field("start=")).unwrap_or_else(|| t.fail(l));
+            let size: u64 = field("size=").parse().unwrap_or_else(|_| t.fail(l));
+            (field("name=").to_string(), start, start + size)
+        })
+        .collect()
+}
+
+fn deep_backtrace(format: &str) {
+    let dir = TempDir::new(&format!("deep-bt-{format}"));
+    let depth = DEPTH.to_string();
+    let mut g = Gdb::program(&deep_host(), &[format, &depth], dir.path());
+    if format == "compact" {
+        g = g.cmd(load_cmd());
+    }
+    let t = g
+        .cmds(["break deep_host_stop", "run"])
+        .section("bt", ["bt -frame-arguments none"])
+        .run();
+    let ranges = jit_ranges(&t);
+    if ranges.len() != 4 {
+        t.fail("the host did not print its four JIT functions");
+    }
+    t.assert_not_contains(Some("bt"), "Backtrace stopped");
+    let frames = t.gdb_bt("bt");
+    if frames.len() < DEPTH + 3 {
+        t.fail(&format!("only {} frames", frames.len()));
+    }
+    if !frames[0].is("deep_host_stop") {
+        t.fail(&format!("frame #0 is {}", frames[0].raw));
+    }
+    for (i, f) in frames.iter().enumerate() {
+        if f.level as usize != i || f.function == "??" {
+            t.fail(&format!("frame {i} is `{}`", f.raw));
+        }
+    }
+    // Frame i (1..=DEPTH) is the (DEPTH - i)-th call from the outermost `jit_deep_0`.
+    for (i, f) in frames.iter().enumerate().take(DEPTH + 1).skip(1) {
+        let name = format!("jit_deep_{}", (DEPTH - i) % 4);
+        // The innermost calls deep_host_stop (line 5), the others the next function (3).
+        let line = if i == 1 { 5 } else { 3 };
+        let (_, start, end) = ranges
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .unwrap_or_else(|| t.fail(&format!("no range for {name}")));
+        let pc_ok = f.pc.is_some_and(|pc| (*start + 1..=*end).contains(&pc));
+        if f.function != name || f.file.as_deref() != Some("deep.js") || f.line != Some(line) {
+            t.fail(&format!(
+                "frame #{i} is `{}`, expected {name} at deep.js:{line}",
+                f.raw
+            ));
+        }
+        if !pc_ok {
+            t.fail(&format!(
+                "frame #{i} `{}`: pc not a return address in {name} [{start:#x}, {end:#x})",
+                f.raw
+            ));
+        }
+    }
+    if !frames[DEPTH + 1].is("main") {
+        t.fail(&format!(
+            "the outermost JIT frame's caller is `{}`, not main",
+            frames[DEPTH + 1].raw
+        ));
+    }
+    if !frames.last().is_some_and(|f| f.function == "_start") {
+        t.fail("the backtrace does not reach _start");
+    }
+}
+
+#[test]
+fn ten_thousand_jit_frames_compact() {
+    if !require_tool("gdb", "ten_thousand_jit_frames_compact") {
+        return;
+    }
+    deep_backtrace("compact");
+}
+
+#[test]
+fn ten_thousand_jit_frames_elf() {
+    if !require_tool("gdb", "ten_thousand_jit_frames_elf") {
+        return;
+    }
+    deep_backtrace("elf");
+}
