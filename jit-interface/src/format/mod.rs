@@ -121,6 +121,7 @@ pub fn encode_record(out: &mut Vec<u8>, object: &JitObject, live: Option<LiveChe
 /// Overwrites the live check of a record written by [`encode_record`] with a live check
 /// (the record must have been encoded with one): it sits at a fixed place, right after the
 /// record's first byte, so a registry can assign the slot after encoding.
+#[cfg(feature = "runtime")]
 pub(crate) fn patch_live_check(record: &mut [u8], live: LiveCheck) {
     debug_assert!(record.first().is_some_and(|f| f & encode::OBJECT_LIVE != 0));
     if let Some(at) = record.get_mut(1..17) {
