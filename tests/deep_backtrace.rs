@@ -7,40 +7,16 @@
 mod common;
 mod reader_support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use common::*;
 use reader_support::load_cmd;
 
 const DEPTH: usize = 10_000;
 
-/// `target/<profile>/examples/deep_host`, built on first use like the scale host.
+/// `target/<profile>/examples/deep_host`, built on first use.
 fn deep_host() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .to_path_buf();
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "jit-interface",
-        "--example",
-        "deep_host",
-    ])
-    .arg("--target-dir")
-    .arg(profile_dir.parent().expect("target dir"))
-    .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().and_then(|n| n.to_str()) == Some("release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().expect("run cargo");
-    assert!(status.success(), "building the deep host failed");
-    profile_dir.join("examples/deep_host")
+    interface_example("deep_host")
 }
 
 /// `jit-fn name=NAME start=0xADDR size=N` lines the host prints: name -> [start, end).

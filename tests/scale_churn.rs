@@ -8,38 +8,15 @@
 mod common;
 mod reader_support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 use reader_support::reader_so;
 
-/// `target/<profile>/examples/scale_host`, built on first use like the reader plugin.
+/// `target/<profile>/examples/scale_host`, built on first use.
 fn scale_host() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .to_path_buf();
-    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "jit-interface",
-        "--example",
-        "scale_host",
-    ])
-    .arg("--target-dir")
-    .arg(profile_dir.parent().expect("target dir"))
-    .current_dir(env!("CARGO_MANIFEST_DIR"));
-    if profile_dir.file_name().and_then(|n| n.to_str()) == Some("release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().expect("run cargo");
-    assert!(status.success(), "building the scale host failed");
-    profile_dir.join("examples/scale_host")
+    interface_example("scale_host")
 }
 
 fn churn_under_gdb(format: &str, threads: u32, ops: u32) {

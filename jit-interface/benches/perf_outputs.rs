@@ -6,6 +6,9 @@
 //! `cargo bench -p jit-interface --bench perf_outputs`; divide the time per iteration by
 //! the function count (100) for ns per function.
 
+#[path = "../examples/support/code_buf.rs"]
+mod code_buf;
+use code_buf::CodeBuf;
 use std::fs::{File, OpenOptions};
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
@@ -20,39 +23,18 @@ const SIZE: usize = 32;
 /// 100 real 32-byte frame-pointer functions in an executable mapping, with four line rows
 /// each, like a JIT's batch.
 fn object() -> JitObject {
-    let len = (FUNCTIONS * SIZE).next_multiple_of(4096);
-    // SAFETY: a fresh private anonymous mapping that lives until the process ends.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED);
+    let mut buf = CodeBuf::new(FUNCTIONS * SIZE);
     let mut f = [0x90u8; SIZE];
     f[..4].copy_from_slice(&[0x55, 0x48, 0x89, 0xe5]); // push rbp; mov rbp, rsp
     f[SIZE - 2..].copy_from_slice(&[0x5d, 0xc3]); // pop rbp; ret
     for i in 0..FUNCTIONS {
-        // SAFETY: inside our own writable mapping of `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(f.as_ptr(), p.cast::<u8>().add(i * SIZE), SIZE) };
+        buf.write(i * SIZE, &f);
     }
-    // SAFETY: our own mapping.
-    assert_eq!(
-        unsafe { libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC) },
-        0
-    );
+    let p = buf.make_executable();
     let mut o = JitObject::new();
     for i in 0..FUNCTIONS {
         let id = o
-            .add_function(
-                &format!("jit_fn_{i}"),
-                p as u64 + (i * SIZE) as u64,
-                SIZE as u64,
-            )
+            .add_function(&format!("jit_fn_{i}"), p + (i * SIZE) as u64, SIZE as u64)
             .unwrap();
         let rows: Vec<LineRow> = (0..4)
             .map(|k| LineRow {

@@ -17,6 +17,9 @@
 //! DEPTH native frames, so both backtraces can be timed alternately in one GDB. In both
 //! cycles the outermost frame is `*_deep_0` and the k-th frame from it `*_deep_{k % 4}`.
 
+#[path = "support/code_buf.rs"]
+mod code_buf;
+use code_buf::CodeBuf;
 use std::ffi::{c_void, CString};
 use std::sync::{Condvar, Mutex};
 
@@ -101,34 +104,13 @@ fn compile(next: u64, stop: u64) -> Compiled {
 
 /// Maps memory read-write, copies the functions in, and makes it read-execute.
 fn load_code(fns: impl Fn(u64, usize) -> Compiled) -> (u64, Vec<Compiled>) {
-    let len = CYCLE * STRIDE as usize;
-    // SAFETY: a fresh anonymous private mapping at an address of the kernel's choice.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap failed");
-    let base = p as u64;
+    let mut buf = CodeBuf::new(CYCLE * STRIDE as usize);
+    let base = buf.base();
     let compiled: Vec<Compiled> = (0..CYCLE).map(|i| fns(base, i)).collect();
     for (i, f) in compiled.iter().enumerate() {
-        // SAFETY: the mapping is `len` bytes, writable, and each function fits its stride.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                f.code.as_ptr(),
-                p.cast::<u8>().add(i * STRIDE as usize),
-                f.code.len(),
-            )
-        };
+        buf.write(i * STRIDE as usize, &f.code);
     }
-    // SAFETY: `p` is the start of our own `len`-byte mapping.
-    let rc = unsafe { libc::mprotect(p, len, libc::PROT_READ | libc::PROT_EXEC) };
-    assert_eq!(rc, 0, "mprotect failed");
+    buf.make_executable();
     (base, compiled)
 }
 

@@ -12,6 +12,9 @@
 //! tests compare perf's output with what was really registered; `loop NAME START END` gives
 //! the offsets of the hot loop, where nearly all samples land.
 
+#[path = "support/code_buf.rs"]
+mod code_buf;
+use code_buf::CodeBuf;
 use std::time::{Duration, Instant};
 
 use jit_interface::{register, Format, JitObject, LineRow};
@@ -74,35 +77,6 @@ const OUTER_LINES: [LineRow; 3] = [
 ];
 const OUTER_OFFSET: usize = 64;
 
-/// A fresh read+write anonymous mapping of at least `len` bytes (page-rounded).
-fn alloc_rw(len: usize) -> *mut u8 {
-    let len = len.next_multiple_of(4096);
-    // SAFETY: a fresh private anonymous mapping; we own it for the life of the process.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap failed");
-    p.cast()
-}
-
-/// Copies `code` to `p` (from [`alloc_rw`]) and makes the mapping read+exec, like a JIT.
-fn install(p: *mut u8, code: &[u8]) {
-    // SAFETY: `p` starts our own writable mapping of at least `code.len()` bytes, which
-    // nothing else references yet.
-    unsafe { std::ptr::copy_nonoverlapping(code.as_ptr(), p, code.len()) };
-    let len = code.len().next_multiple_of(4096);
-    // SAFETY: `p` is the start of our own mapping of `len` bytes.
-    let r = unsafe { libc::mprotect(p.cast(), len, libc::PROT_READ | libc::PROT_EXEC) };
-    assert_eq!(r, 0, "mprotect failed");
-}
-
 fn print_layout(object: &JitObject) {
     for f in object.functions() {
         println!("function {} {:#x} {}", f.name(), f.start(), f.size());
@@ -120,7 +94,7 @@ fn print_layout(object: &JitObject) {
 
 /// `--fork`: a child process registers `jit_child` (the first byte of `hot`, as a one-byte
 /// function) and exits; the parent waits for it. The child's perf files are its own.
-fn fork_child(base: *mut u8, format: Format) {
+fn fork_child(base: u64, format: Format) {
     use std::io::Write;
     let _ = std::io::stdout().flush();
     // SAFETY: the process is single-threaded here, so the child may run arbitrary code.
@@ -128,7 +102,7 @@ fn fork_child(base: *mut u8, format: Format) {
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
         let mut o = JitObject::new();
-        o.add_function("jit_child", base as u64, 1).unwrap();
+        o.add_function("jit_child", base, 1).unwrap();
         println!("child {}", std::process::id());
         print_layout(&o);
         let r = register(&o, format).expect("register in child");
@@ -175,13 +149,14 @@ fn main() {
     }
     println!("pid {}", std::process::id());
 
-    let base = alloc_rw(OUTER_OFFSET + OUTER_LEN);
-    let hot_addr = base as u64;
+    let mut buf = CodeBuf::new(OUTER_OFFSET + OUTER_LEN);
+    let hot_addr = buf.base();
     let outer_addr = hot_addr + OUTER_OFFSET as u64;
     let mut code = vec![0xccu8; OUTER_OFFSET + OUTER_LEN]; // int3 padding
     code[..HOT.len()].copy_from_slice(&HOT);
     code[OUTER_OFFSET..].copy_from_slice(&outer_code(hot_addr));
-    install(base, &code);
+    buf.write(0, &code);
+    let base = buf.make_executable();
 
     let mut obj = JitObject::new();
     let hot = obj
@@ -202,11 +177,12 @@ fn main() {
 
     let mut _extra_registration = None;
     if extra > 0 {
-        let rets = alloc_rw(extra);
-        install(rets, &vec![0xc3u8; extra]); // `ret` each
+        let mut buf = CodeBuf::new(extra);
+        buf.write(0, &vec![0xc3u8; extra]); // `ret` each
+        let rets = buf.make_executable();
         let mut o = JitObject::new();
         for i in 0..extra {
-            o.add_function(&format!("jit_stub_{i}"), rets as u64 + i as u64, 1)
+            o.add_function(&format!("jit_stub_{i}"), rets + i as u64, 1)
                 .unwrap();
         }
         print_layout(&o);

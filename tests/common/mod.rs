@@ -721,3 +721,26 @@ pub fn find_core(dir: &Path) -> Option<PathBuf> {
                 .is_some_and(|n| n == "core" || n.starts_with("core."))
         })
 }
+
+/// `target/<profile>/examples/NAME` of the jit-interface crate, built (or brought up to date)
+/// with `cargo build -p jit-interface --example NAME` in this test's profile and target
+/// directory.
+pub fn interface_example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .to_path_buf();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["build", "--quiet", "-p", "jit-interface", "--example", name])
+        .arg("--target-dir")
+        .arg(profile_dir.parent().expect("target dir"))
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    if profile_dir.file_name().and_then(|n| n.to_str()) == Some("release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo");
+    assert!(status.success(), "building the example {name} failed");
+    profile_dir.join("examples").join(name)
+}
