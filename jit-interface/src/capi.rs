@@ -325,20 +325,7 @@ pub unsafe extern "C" fn jit_object_add_variable(
                 )))
             }
         };
-        const TYPES: [BaseType; 11] = [
-            BaseType::I8,
-            BaseType::I16,
-            BaseType::I32,
-            BaseType::I64,
-            BaseType::U8,
-            BaseType::U16,
-            BaseType::U32,
-            BaseType::U64,
-            BaseType::F32,
-            BaseType::F64,
-            BaseType::Pointer,
-        ];
-        let ty = *TYPES
+        let ty = *BaseType::ALL
             .get(r#type as usize)
             .ok_or_else(|| bad(format!("type {} is not a jit_base_type", r#type)))?;
         let location = match (location, u16::try_from(value)) {

@@ -188,6 +188,21 @@ pub enum BaseType {
 }
 
 impl BaseType {
+    /// Every base type, in discriminant order (`ALL[t as usize] == t`).
+    pub const ALL: [BaseType; 11] = [
+        BaseType::I8,
+        BaseType::I16,
+        BaseType::I32,
+        BaseType::I64,
+        BaseType::U8,
+        BaseType::U16,
+        BaseType::U32,
+        BaseType::U64,
+        BaseType::F32,
+        BaseType::F64,
+        BaseType::Pointer,
+    ];
+
     /// Size in bytes.
     pub fn size(self) -> u8 {
         match self {
@@ -764,6 +779,14 @@ impl JitObject {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn base_type_all_is_in_discriminant_order() {
+        for (i, t) in BaseType::ALL.iter().enumerate() {
+            assert_eq!(*t as usize, i);
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -307,20 +307,7 @@ fn base_types(
         info.out.u8(size);
         Ok(at)
     };
-    const ALL: [BaseType; BaseType::Pointer as usize + 1] = [
-        BaseType::I8,
-        BaseType::I16,
-        BaseType::I32,
-        BaseType::I64,
-        BaseType::U8,
-        BaseType::U16,
-        BaseType::U32,
-        BaseType::U64,
-        BaseType::F32,
-        BaseType::F64,
-        BaseType::Pointer,
-    ];
-    for ty in ALL {
+    for ty in BaseType::ALL {
         if !used[ty as usize] {
             continue;
         }
