@@ -525,3 +525,29 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
     );
     t.assert_contains(Some("pending"), "= 0");
 }
+
+/// Deferred mode announces by itself once `max_pending` registrations are pending: plain GDB
+/// (no scripts) then names them.
+#[test]
+fn deferred_registrations_are_announced_at_max_pending() {
+    if !require_tool("gdb", "reader_deferred_count") {
+        return;
+    }
+    let dir = TempDir::new("reader-deferred-count");
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd("set environment READER_HOST_MAX_PENDING=1")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .run();
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+}

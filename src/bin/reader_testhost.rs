@@ -39,8 +39,10 @@
 //!
 //! - `deferred`: deferred mode on (`max_pending` 1000), `jit_deferred_outer ->
 //!   jit_deferred_inner` registered (the first opens a batch entry, announced; the second is
-//!   appended to it, pending: listed, not announced to the debugger), then run (stop). Under plain GDB the frames are unnamed until something announces them; our GDB
-//!   scripts do at the stop.
+//!   appended to it, pending: listed, not announced to the debugger), then run (stop).
+//!   Under plain GDB the pending frame is unnamed until something announces it; our GDB
+//!   scripts do at the stop. `READER_HOST_MAX_PENDING=1` makes the registry announce as
+//!   soon as one registration is pending.
 //!
 //! Every mode first prints `jit-fn ...` lines in the main host's format (see
 //! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
@@ -474,8 +476,14 @@ fn real_main() -> Result<(), String> {
             reader_host_run(starts[2], 1);
         }
         "deferred" => {
+            // READER_HOST_MAX_PENDING: announce every N registrations (default 1000: never
+            // within this mode).
+            let max_pending = std::env::var("READER_HOST_MAX_PENDING")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1000);
             jit_interface::set_deferred(Some(jit_interface::Deferral {
-                max_pending: 1000,
+                max_pending,
                 max_delay: None,
             }));
             let inner = frameless_fn("jit_deferred_inner", brk);
