@@ -2,47 +2,25 @@
 //! of a batch entry, the batch is rewritten without them. Runs in its own process: the
 //! registry is process-wide.
 
-use jit_interface::descriptor::{debugger_attached, descriptor_address};
+mod registry_support;
+
+use jit_interface::descriptor::debugger_attached;
 use jit_interface::{decode_all, Format, JitObject, LineRow};
-
-#[repr(C)]
-struct Entry {
-    next: *const Entry,
-    prev: *const Entry,
-    addr: *const u8,
-    size: u64,
-}
-
-#[repr(C)]
-struct Descriptor {
-    version: u32,
-    action: u32,
-    relevant: *const Entry,
-    first: *const Entry,
-}
+use registry_support::{for_each_payload, slot_holds};
 
 /// (entries, payload bytes, objects in payloads, objects whose slot holds their key).
 fn census() -> (usize, u64, usize, usize) {
-    let (mut entries, mut bytes, mut objects, mut live) = (0, 0, 0, 0);
-    let d = descriptor_address() as *const Descriptor;
-    // SAFETY: no registration runs concurrently (one test, one thread); linked entries, their
-    // payloads and the live slots they name stay valid while linked.
-    unsafe {
-        let mut e = (*d).first;
-        while !e.is_null() {
-            entries += 1;
-            bytes += (*e).size;
-            let payload = std::slice::from_raw_parts((*e).addr, (*e).size as usize);
-            for o in decode_all(payload).expect("a listed payload decodes") {
-                objects += 1;
-                let l = o.live.expect("compact registrations carry live checks");
-                if (l.address as *const u64).read_volatile() == l.key {
-                    live += 1;
-                }
+    let (mut bytes, mut objects, mut live) = (0, 0, 0);
+    let entries = for_each_payload(|payload| {
+        bytes += payload.len() as u64;
+        for o in decode_all(payload).expect("a listed payload decodes") {
+            objects += 1;
+            let l = o.live.expect("compact registrations carry live checks");
+            if slot_holds(l.address, l.key) {
+                live += 1;
             }
-            e = (*e).next;
         }
-    }
+    });
     (entries, bytes, objects, live)
 }
 

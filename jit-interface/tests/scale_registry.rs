@@ -5,54 +5,30 @@
 
 use std::collections::BTreeMap;
 
+mod registry_support;
+
 use jit_interface::{decode_all, Format, JitObject, LineRow, Registration};
-
-#[repr(C)]
-struct Entry {
-    next: *const Entry,
-    prev: *const Entry,
-    addr: *const u8,
-    size: u64,
-}
-
-#[repr(C)]
-struct Descriptor {
-    version: u32,
-    action: u32,
-    relevant: *const Entry,
-    first: *const Entry,
-}
+use registry_support::{for_each_payload, slot_holds};
 
 /// Every compact function name in the list whose object's live slot holds its key, the
 /// number of entries, and the number of tombstoned objects.
 fn listed() -> (BTreeMap<String, usize>, usize, usize) {
     let mut names = BTreeMap::new();
-    let mut entries = 0;
     let mut tombstones = 0;
-    let d = jit_interface::descriptor::descriptor_address() as *const Descriptor;
-    // SAFETY: no registration runs concurrently (all threads joined); every linked entry and
-    // its payload are valid while linked; live slots are valid while their object is live.
-    unsafe {
-        let mut e = (*d).first;
-        while !e.is_null() {
-            entries += 1;
-            let bytes = std::slice::from_raw_parts((*e).addr, (*e).size as usize);
-            for obj in decode_all(bytes).expect("a listed payload decodes") {
-                let live = obj.live.expect("registry payloads carry live checks");
-                let slot = (live.address as *const u64).read_volatile();
-                if slot != live.key {
-                    // A tombstone: its slot was cleared, or reused by a later registration
-                    // with a fresh key.
-                    tombstones += 1;
-                    continue;
-                }
-                for f in obj.object.functions() {
-                    *names.entry(f.name().to_string()).or_default() += 1;
-                }
+    let entries = for_each_payload(|bytes| {
+        for obj in decode_all(bytes).expect("a listed payload decodes") {
+            let live = obj.live.expect("registry payloads carry live checks");
+            if !slot_holds(live.address, live.key) {
+                // A tombstone: its slot was cleared, or reused by a later registration with
+                // a fresh key.
+                tombstones += 1;
+                continue;
             }
-            e = (*e).next;
+            for f in obj.object.functions() {
+                *names.entry(f.name().to_string()).or_default() += 1;
+            }
         }
-    }
+    });
     (names, entries, tombstones)
 }
 
