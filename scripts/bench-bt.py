@@ -14,6 +14,12 @@
 #               in groups separated by `|`: a group's cases are timed alternately BT_REPS
 #               times, groups one after the other. `jit-reader-unload` drops ELF objfiles
 #               too (until the next registration), so ELF times all `without` cases first.
+#   BT_CALLGRIND  (optional) a library with `cg_begin()` / `cg_end(label)` wrapping
+#               callgrind's client requests, when GDB runs under `valgrind --tool=callgrind
+#               --instr-atstart=no --collect-atstart=no`: instructions are then collected
+#               during each timed `bt` only, and dumped after it with the label `REP
+#               STATE:THREAD` (instruction counts do not depend on the machine's load).
+import ctypes
 import os
 import re
 import time
@@ -28,6 +34,7 @@ GROUPS = [[c.split(":") for c in g.split()] for g in os.environ["BT_CASES"].spli
 # arguments can cost GDB seconds per backtrace through entry values).
 BT = "bt -frame-arguments none"
 state = os.environ.get("BT_LOADED", "without")
+CALLGRIND = ctypes.CDLL(os.environ["BT_CALLGRIND"]) if os.environ.get("BT_CALLGRIND") else None
 
 
 def set_state(want):
@@ -70,6 +77,11 @@ def main():
     if set(threads) != {"jit", "native"}:
         print(f"BT-FAIL threads {[t.name for t in gdb.selected_inferior().threads()]}")
         return
+    # One full backtrace of each thread first, untimed: GDB reads symbols of the native
+    # library on first use, a one-time cost no timed case should carry.
+    for t in threads.values():
+        t.switch()
+        gdb.execute(BT, to_string=True)
     rounds = [(rep, c) for g in GROUPS for rep in range(REPS) for c in g]
     for rep, (st, which) in rounds:
         set_state(st)
@@ -81,10 +93,14 @@ def main():
         gdb.execute("bt 3", to_string=True)
         # Drop the frame cache: every timing unwinds and symbolizes all frames again.
         gdb.execute("maintenance flush register-cache", to_string=True)
+        key = f"{st}:{which}"
+        if CALLGRIND:
+            CALLGRIND.cg_begin()
         w0, c0 = time.perf_counter(), time.process_time()
         out = gdb.execute(BT, to_string=True)
         wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-        key = f"{st}:{which}"
+        if CALLGRIND:
+            CALLGRIND.cg_end(f"{rep} {key}".encode())
         err = check(out, "jit_deep_" if which == "jit" else "native_deep_")
         if err:
             print(f"BT-FAIL {key}: {err}")

@@ -53,12 +53,29 @@ struct gdb_reader_funcs *gdb_init_reader(void) { return &funcs; }
 C
 gcc -O2 -shared -fPIC -o "$WORK/null-reader.so" "$WORK/trivial_reader.c"
 gcc -O2 -shared -fPIC -DREAD_PC -o "$WORK/pc-reader.so" "$WORK/trivial_reader.c"
+# Instruction counts of section 4 (free of the machine's load): GDB runs under callgrind,
+# which collects only while bench-bt.py has a timed `bt` running (client requests).
+CG_MARK=
+if command -v valgrind >/dev/null && [ -f /usr/include/valgrind/callgrind.h ]; then
+    cat > "$WORK/cgmark.c" <<'C'
+#include <valgrind/callgrind.h>
+static int started;
+void cg_begin(void) {
+    if (!started) { CALLGRIND_START_INSTRUMENTATION; started = 1; }
+    CALLGRIND_TOGGLE_COLLECT;
+}
+void cg_end(const char *label) { CALLGRIND_TOGGLE_COLLECT; CALLGRIND_DUMP_STATS_AT(label); }
+C
+    gcc -O2 -shared -fPIC -o "$WORK/cgmark.so" "$WORK/cgmark.c"
+    CG_MARK=$WORK/cgmark.so
+fi
 
 HOST=$WORK/scale_host \
 READER=$ROOT/target/release/libjitreader.so \
 JB=$WORK/jb FLOOR_READER=$WORK/floor-reader.so \
 DEEP_HOST=$ROOT/target/release/examples/deep_host DEEP_NATIVE=$WORK/libdeep_native.so \
 NULL_READER=$WORK/null-reader.so PC_READER=$WORK/pc-reader.so BT_SCRIPT=$ROOT/scripts/bench-bt.py \
+CG_MARK=$CG_MARK WORK=$WORK \
 OUT=$ROOT/docs/PERFORMANCE.md python3 - <<'PY'
 import os, re, subprocess, time, datetime, platform
 
@@ -138,15 +155,23 @@ w("- Compact format version 2: every object record carries its own string table,
 def bt_section():
     depth, reps = 10000, (3 if QUICK else 7)
     readers = {"with": READER, "null": os.environ["NULL_READER"], "pc": os.environ["PC_READER"]}
-    def session(fmt, cases, loaded):
-        """One GDB at deep_host_stop; returns {STATE:THREAD: {round: (wall s, CPU s, frames)}}."""
+    def session(fmt, cases, loaded, reps=reps, callgrind=None):
+        """One GDB at deep_host_stop; returns {STATE:THREAD: {round: (wall s, CPU s, frames)}}.
+        With `callgrind` (a directory), GDB runs under callgrind and the result is
+        {STATE:THREAD: instructions of its `bt`} (one round)."""
         env = dict(os.environ, BT_DEPTH=str(depth), BT_REPS=str(reps), BT_CASES=cases,
                    BT_READERS=" ".join(f"{k}={v}" for k, v in readers.items()),
                    BT_LOADED="with" if loaded else "without")
         cmd = ["gdb", "-batch", "-nx"] + (["-ex", f"jit-reader-load {READER}"] if loaded else [])
         cmd += ["-x", os.environ["BT_SCRIPT"], "--args", os.environ["DEEP_HOST"], fmt,
                 str(depth), os.environ["DEEP_NATIVE"]]
-        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        if callgrind:
+            os.makedirs(callgrind, exist_ok=True)
+            env["BT_CALLGRIND"] = os.environ["CG_MARK"]
+            cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no",
+                   f"--callgrind-out-file={callgrind}/bt.out"] + cmd
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                           timeout=1800 if callgrind else 300)
         text = p.stdout + p.stderr
         got = {}
         for m in re.finditer(r"^BT (\d+) (\S+) wall (\S+) cpu (\S+) frames (\d+)", text, re.M):
@@ -155,9 +180,24 @@ def bt_section():
         want = {c for g in cases.split("|") for c in g.split()}
         if "BT-FAIL" in text or set(got) != want or any(len(v) != reps for v in got.values()):
             raise SystemExit(f"backtrace benchmark failed: {' '.join(cmd)}\n{text[-3000:]}")
-        return got
+        if not callgrind:
+            return got
+        ir = {}
+        for name in os.listdir(callgrind):
+            dump = open(os.path.join(callgrind, name)).read()
+            label = re.search(r"^desc: Trigger: Client Request: \d+ (\S+)$", dump, re.M)
+            if label:
+                ir[label.group(1)] = int(re.search(r"^totals: (\d+)$", dump, re.M).group(1))
+        if set(ir) != want:
+            raise SystemExit(f"callgrind dumps missing: {sorted(ir)} for {sorted(want)}")
+        return ir
     compact = session("compact", "with:jit with:native without:native null:native pc:native", True)
     elf = session("elf", "without:jit without:native | with:jit with:native", False)
+    # The same cases once more, counted in instructions, where valgrind is installed.
+    cg = None
+    if os.environ.get("CG_MARK"):
+        cg = session("compact", "with:jit with:native without:native null:native pc:native",
+                     True, reps=1, callgrind=os.path.join(os.environ["WORK"], "callgrind"))
     w("## 4. Backtrace depth\n")
     w(f"`jit-interface/examples/deep_host.rs` stops with one thread {depth:,} JIT frames deep "
       "(real x86-64 code: four functions calling each other in frame-pointer frames, "
@@ -169,7 +209,12 @@ def bt_section():
       "outermost frame). Times: the best wall time of the `bt` alone and the best of GDB's "
       "CPU time for it (which other load on the machine disturbs less). Ratios: the median "
       "over rounds of the ratio of two timings taken back to back in the same round, from "
-      "CPU time, from wall time in parentheses.\n")
+      "CPU time, from wall time in parentheses." + (
+      " Instructions: the same compact cases once more with GDB under valgrind's callgrind, "
+      "counting the instructions GDB executes during each `bt` alone (after the same "
+      "untimed warm-up backtrace of each thread): they do not depend on the machine's load, "
+      "so small differences between readers show there first." if cg else
+      " (valgrind not installed: no instruction counts.)") + "\n")
     def best(r, key):
         """(best wall, best CPU, frames) of a case."""
         runs = r[key].values()
@@ -179,13 +224,18 @@ def bt_section():
         back, under the same load."""
         q = sorted(r[a][k][i] / r[b][k][i] for k in r[a])
         return q[len(q) // 2]
-    w("| payload | GDB | frames (JIT / native thread) | JIT bt s (wall / CPU) | native bt s (wall / CPU) | JIT / native | goal |")
-    w("|---|---|---|---|---|---|---|")
-    def row(name, gdb_desc, r, jit_key, nat_key):
+    def mir(key):
+        """Instructions of a case in millions, or '-' without valgrind."""
+        return f"{cg[key] / 1e6:.1f} M" if cg else "-"
+    w("| payload | GDB | frames (JIT / native thread) | JIT bt s (wall / CPU) | native bt s (wall / CPU) | JIT / native | JIT / native, instructions | goal |")
+    w("|---|---|---|---|---|---|---|---|")
+    def row(name, gdb_desc, r, jit_key, nat_key, counted=False):
         (jw, jc, jf), (nw, nc, nf) = best(r, jit_key), best(r, nat_key)
+        by_ir = (f"{cg[jit_key] / cg[nat_key]:.2f}x ({mir(jit_key)} / {mir(nat_key)})"
+                 if cg and counted else "-")
         w(f"| {name} | {gdb_desc} | {jf} / {nf} | {jw:.3f} / {jc:.3f} | {nw:.3f} / {nc:.3f} | "
-          f"{ratio(r, jit_key, nat_key, 1):.2f}x ({ratio(r, jit_key, nat_key, 0):.2f}x) | <= 1.0 |")
-    row("compact", "our reader loaded", compact, "with:jit", "with:native")
+          f"{ratio(r, jit_key, nat_key, 1):.2f}x ({ratio(r, jit_key, nat_key, 0):.2f}x) | {by_ir} | <= 1.0 |")
+    row("compact", "our reader loaded", compact, "with:jit", "with:native", counted=True)
     row("ELF", "no reader", elf, "without:jit", "without:native")
     row("ELF", "our reader loaded", elf, "with:jit", "with:native")
     w("")
@@ -201,23 +251,26 @@ def bt_section():
       "next to two trivial readers: one that declines every frame at once (GDB's own cost "
       "of having any reader: it is tried on every frame) and one that reads the PC first "
       "(the least a reader that unwinds anything must do).\n")
-    w("| reader | native bt s with (wall / CPU) | without (wall / CPU) | overhead | goal |")
-    w("|---|---|---|---|---|")
+    w("| reader | native bt s with (wall / CPU) | without (wall / CPU) | overhead, CPU (wall) | instructions with / without | overhead, instructions | goal |")
+    w("|---|---|---|---|---|---|---|")
     nw, nc, _ = best(compact, "without:native")
     for key, desc in (("with", "ours (`libjitreader.so`)"), ("null", "declines at once"),
                       ("pc", "reads the PC, declines")):
         rw, rc, _ = best(compact, f"{key}:native")
         goal = "<= 5%" if key == "with" else ""
         over = [(ratio(compact, f"{key}:native", "without:native", i) - 1) * 100 for i in (1, 0)]
+        by_ir = (f"{(cg[f'{key}:native'] / cg['without:native'] - 1) * 100:+.1f}%" if cg else "-")
         w(f"| {desc} | {rw:.3f} / {rc:.3f} | {nw:.3f} / {nc:.3f} | "
-          f"{over[0]:+.1f}% ({over[1]:+.1f}%) | {goal} |")
+          f"{over[0]:+.1f}% ({over[1]:+.1f}%) | {mir(f'{key}:native')} / {mir('without:native')} | "
+          f"{by_ir} | {goal} |")
     w("")
     w("GDB calls the loaded reader's unwinder for every frame, after allocating a register "
       "snapshot for it, and the reader must read the PC (through GDB's frame machinery) to "
       "know whether the frame is in JIT code: the two trivial readers measure those costs, "
-      "which no reader can avoid. Ours then declines after searching its index (no target read, "
-      "no allocation); with the reader loaded GDB also holds the JIT functions' symbols. "
-      "On a loaded machine differences of a few percent are within the noise.\n")
+      "which no reader can avoid. Ours then declines a PC outside the span of all registered "
+      "code with two loads (no lock, no index search, no target read, no allocation); with "
+      "the reader loaded GDB also holds the JIT functions' symbols. On a loaded machine "
+      "time differences of a few percent are within the noise; instruction counts are not.\n")
 
 if os.environ.get("BENCH_ONLY") == "bt":
     start = len(lines)

@@ -9,6 +9,7 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_long, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use jit_interface::format::{decode_all, DecodeError};
@@ -33,6 +34,35 @@ fn index() -> MutexGuard<'static, Index> {
     // A panic caught while the lock was held leaves a consistent map (every mutation is a
     // single BTreeMap operation), so a poisoned lock is still usable.
     INDEX.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// `[SPAN_LO, SPAN_HI)` covers all indexed code (empty: `SPAN_LO >= SPAN_HI`). GDB asks the
+/// reader about every frame of every backtrace, native ones included, so a PC outside it is
+/// declined with two loads, without the lock or a map search. Written under the index lock
+/// after every change ([`with_index`]); GDB calls readers from one thread, so a reader never
+/// sees the two halves of different updates. Lookups may shrink the index without updating
+/// the span: a wider span only sends more PCs to the exact test.
+static SPAN_LO: AtomicU64 = AtomicU64::new(u64::MAX);
+static SPAN_HI: AtomicU64 = AtomicU64::new(0);
+
+/// Runs `f` on the locked index, then records its span.
+fn with_index<R>(f: impl FnOnce(&mut Index) -> R) -> R {
+    let mut index = index();
+    let r = f(&mut index);
+    let (lo, hi) = index.span().unwrap_or((u64::MAX, 0));
+    SPAN_LO.store(lo, Ordering::Relaxed);
+    SPAN_HI.store(hi, Ordering::Relaxed);
+    r
+}
+
+/// Might `pc` (or `pc - 1`, for a return address) be in indexed code?
+fn in_span(pc: u64) -> bool {
+    let (lo, hi) = (
+        SPAN_LO.load(Ordering::Relaxed),
+        SPAN_HI.load(Ordering::Relaxed),
+    );
+    let inside = |a: u64| lo <= a && a < hi;
+    inside(pc) || pc.checked_sub(1).is_some_and(inside)
 }
 
 /// `gdb_reader_funcs` handed to GDB. GDB only reads it, but takes a mutable pointer.
@@ -63,7 +93,7 @@ pub extern "C" fn plugin_is_GPL_compatible() -> c_int {
 pub extern "C" fn gdb_init_reader() -> *mut gdb_reader_funcs {
     guard((), || {
         report::init();
-        index().clear();
+        with_index(Index::clear);
         debug!("loaded (JIT_READER_DEBUG is on)");
     });
     FUNCS.0.get()
@@ -144,7 +174,7 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
     // Even with every object skipped, the entry is ours: an empty object keeps GDB from
     // trying to read it as an object file (and saying it is not one).
     syms.emit(&plan);
-    let added = index().add(&decoded, &mem);
+    let added = with_index(|index| index.add(&decoded, &mem));
     debug!(
         "read an entry of {} bytes: {} object(s), {added} function(s), {} symtab(s)",
         payload.len(),
@@ -207,7 +237,7 @@ impl SymbolCallbacks {
     /// Hands the plan to GDB: one object (one objfile, tied to the entry), its symtabs.
     fn emit(&self, plan: &Plan) {
         let cb = self.cb;
-        let str_at = |offset: usize| plan.str_at(offset).as_ptr();
+        let str_at = |offset: usize| plan.str_ptr(offset);
         // SAFETY (all calls below): `cb` is GDB's table for this `read` call; the handles
         // passed back are the ones GDB returned in this call; strings point into the
         // plan's NUL-terminated buffer and the line rows into its vector, both outliving
@@ -400,11 +430,14 @@ unsafe extern "C" fn unwind(
         let Some(ucb) = UnwindCallbacks::new(cb) else {
             return gdb_status_GDB_FAIL;
         };
-        let mut index = index();
-        if index.is_empty() {
+        let nums = unwind::host_regs();
+        let Some(pc) = ucb.get(nums.pc) else {
+            return gdb_status_GDB_FAIL;
+        };
+        if !in_span(pc) {
             return gdb_status_GDB_FAIL;
         }
-        match unwind::unwind(&mut index, &ucb, &ucb) {
+        match unwind::unwind_at(&mut index(), pc, &ucb, &ucb) {
             Outcome::NotOurs(_) => gdb_status_GDB_FAIL,
             Outcome::Frame {
                 func,
@@ -412,7 +445,6 @@ unsafe extern "C" fn unwind(
                 regs,
                 step,
             } => {
-                let nums = unwind::host_regs();
                 match step.caller {
                     Ok(c) => {
                         ucb.set(nums.pc, c.pc);
@@ -475,7 +507,7 @@ unsafe extern "C" fn get_frame_id(
 
 unsafe extern "C" fn destroy(_self: *mut gdb_reader_funcs) {
     guard((), || {
-        index().clear();
+        with_index(Index::clear);
         report::finish();
         debug!("unloaded");
     })

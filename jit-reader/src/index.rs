@@ -383,6 +383,15 @@ impl Index {
         self.items.is_empty()
     }
 
+    /// The lowest and highest address of all indexed ranges, `[lo, hi)`; `None` when empty.
+    /// No address outside it is in registered code.
+    pub fn span(&self) -> Option<(u64, u64)> {
+        let (&lo, _) = self.items.first_key_value()?;
+        // The ranges are disjoint, so the last one ends highest.
+        let (_, last) = self.items.last_key_value()?;
+        Some((lo, last.end))
+    }
+
     /// Forgets everything (reader unloaded).
     pub fn clear(&mut self) {
         self.items.clear();
@@ -610,6 +619,18 @@ mod tests {
         ] {
             assert_eq!(ix2.covers(addr), inside, "{addr:#x}");
         }
+    }
+
+    #[test]
+    fn span_covers_every_range() {
+        let mem = Words::default();
+        let mut ix = Index::new();
+        assert_eq!(ix.span(), None);
+        ix.add(&decoded(&[("b", 0x2000, 0x10)], None), &mem);
+        ix.add(&decoded(&[("a", 0x1000, 0x10), ("c", 0x3000, 8)], None), &mem);
+        assert_eq!(ix.span(), Some((0x1000, 0x3008)));
+        ix.clear();
+        assert_eq!(ix.span(), None);
     }
 
     #[test]

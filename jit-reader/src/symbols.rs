@@ -85,6 +85,17 @@ impl Plan {
             .unwrap_or_default()
     }
 
+    /// The string at `offset` as a C string pointer, without searching for its end: every
+    /// string is stored NUL-terminated and, checked here, the buffer ends with a NUL, so
+    /// whatever the offset the C string ends inside the buffer (an offset past the end
+    /// gives the empty string).
+    pub fn str_ptr(&self, offset: usize) -> *const std::ffi::c_char {
+        match self.strings.get(offset..) {
+            Some(s) if self.strings.last() == Some(&0) && !s.is_empty() => s.as_ptr().cast(),
+            _ => c"".as_ptr(),
+        }
+    }
+
     /// Appends a name; an error if it contains a NUL byte (GDB takes C strings).
     fn push_str(&mut self, what: &str, s: &str) -> Result<usize, String> {
         if s.as_bytes().contains(&0) {
@@ -187,19 +198,36 @@ pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tomb
 /// Builds the symbol tables of a payload's objects. Errors name the first problem found
 /// (the decoder validates; this guards what GDB would be given all the same).
 pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
-    let mut by_file: BTreeMap<Option<&str>, Vec<&Function>> = BTreeMap::new();
     let mut total = 0;
+    let mut rows = 0;
+    // Functions by file. Consecutive functions almost always share their file, so the
+    // group of the previous function is tried before the map.
+    let mut by_file: Vec<(Option<&str>, Vec<&Function>)> = Vec::new();
+    let mut group_of: BTreeMap<Option<&str>, usize> = BTreeMap::new();
+    let mut last: Option<usize> = None;
     for d in decoded {
         total += d.object.functions().len();
         for f in d.object.functions() {
-            by_file.entry(f.file()).or_default().push(f);
+            rows += f.lines().len() + 1;
+            let file = f.file();
+            let k = match last.filter(|&k| by_file[k].0 == file) {
+                Some(k) => k,
+                None => *group_of.entry(file).or_insert_with(|| {
+                    by_file.push((file, Vec::new()));
+                    by_file.len() - 1
+                }),
+            };
+            by_file[k].1.push(f);
+            last = Some(k);
         }
     }
+    // Files in order, no file first (each file is one group).
+    by_file.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     let mut p = Plan {
         strings: Vec::with_capacity(total * 24),
         symtabs: Vec::with_capacity(by_file.len()),
         blocks: Vec::with_capacity(total),
-        lines: Vec::new(),
+        lines: Vec::with_capacity(rows),
     };
     for (file, mut fns) in by_file {
         let file = file.map(|f| p.push_str("the file name", f)).transpose()?;
@@ -322,6 +350,7 @@ fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
 }
 
 /// Checks one line row of `f`; returns its address and line.
+#[inline]
 fn line_row(f: &Function, i: usize, offset: u32, line: u32) -> Result<(u64, i32), String> {
     let bad = |why: String| format!("function `{}`, line row {i}: {why}", f.name());
     if offset >= f.size() {

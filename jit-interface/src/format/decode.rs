@@ -132,6 +132,7 @@ fn decode_object(r: &mut Reader<'_>, arch: Arch) -> Result<Decoded, DecodeError>
     let mut state = State {
         prev_end: 0,
         line: 1,
+        rows: Vec::new(),
     };
     for i in 0..n {
         decode_function(r, &mut object, strings, &mut state, i)?;
@@ -144,6 +145,8 @@ fn decode_object(r: &mut Reader<'_>, arch: Arch) -> Result<Decoded, DecodeError>
 struct State {
     prev_end: u64,
     line: i64,
+    /// The line rows of the function being decoded (one buffer for all: the model copies them).
+    rows: Vec<LineRow>,
 }
 
 fn decode_function(
@@ -309,7 +312,9 @@ fn decode_lines(
     let lines_at = r.pos();
     let file = string(r, strings, "a file index")?;
     let n = r.count("the line row count", 1, MAX_COUNT)?;
-    let mut rows = Vec::with_capacity(n);
+    let mut rows = std::mem::take(&mut state.rows);
+    rows.clear();
+    rows.reserve(n);
     let mut offset = 0u64;
     for j in 0..n {
         let at = r.pos();
@@ -337,9 +342,11 @@ fn decode_lines(
             line: line32,
         });
     }
-    object
+    let set = object
         .set_lines(f, file, &rows)
-        .map_err(|e| model_error(e, lines_at))
+        .map_err(|e| model_error(e, lines_at));
+    state.rows = rows;
+    set
 }
 
 fn decode_blocks(

@@ -104,11 +104,17 @@ pub fn host_regs() -> ArchRegs {
 
 /// Unwinds the frame whose registers `regs` gives.
 pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outcome {
-    let nums = host_regs();
-    let Some(pc) = regs.get(nums.pc) else {
+    let Some(pc) = regs.get(host_regs().pc) else {
         return Outcome::NotOurs("the PC is unknown");
     };
-    // The common case, a PC outside all JIT code, costs two map searches and nothing else.
+    unwind_at(index, pc, regs, mem)
+}
+
+/// [`unwind`] for a frame whose PC the caller has read already (every register read is a
+/// call into GDB's frame machinery, the dearest part of declining a native frame).
+pub fn unwind_at(index: &mut Index, pc: u64, regs: &dyn Registers, mem: &dyn Memory) -> Outcome {
+    let nums = host_regs();
+    // A PC outside all JIT code costs two map searches and nothing else.
     if !index.covers(pc) && !pc.checked_sub(1).is_some_and(|a| index.covers(a)) {
         return Outcome::NotOurs("the PC is not in registered JIT code");
     }
