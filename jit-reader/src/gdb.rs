@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use jit_interface::format::{decode_all, DecodeError};
+use jit_interface::Decoded;
 
 use crate::bindings::{
     gdb_block, gdb_frame_id, gdb_line_mapping, gdb_object, gdb_reader_funcs, gdb_reg_value,
@@ -21,6 +22,7 @@ use crate::bindings::{
 };
 use crate::index::Index;
 use crate::memory::Memory;
+use crate::records::Records;
 use crate::report::{self, debug};
 use crate::symbols::{self, LinePlan, Plan};
 use crate::unwind::x86_64::OUTERMOST as x86_64_OUTERMOST;
@@ -143,8 +145,11 @@ unsafe extern "C" fn read(
 }
 
 fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
-    let mut decoded = match decode_all(payload) {
-        Ok(d) => d,
+    // Read straight from the bytes; whenever that refuses, the data model decides (and
+    // names the problem): see `records`.
+    let decoded: Vec<Decoded>;
+    let mut records = match Records::from_payload(payload) {
+        Ok(r) => r,
         Err(DecodeError::NotOurs) => {
             debug!(
                 "entry of {} bytes is not a compact payload: left to GDB",
@@ -152,19 +157,26 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             );
             return gdb_status_GDB_FAIL;
         }
-        Err(DecodeError::Invalid(why)) => {
-            report::refused(payload, &why);
-            return gdb_status_GDB_FAIL;
-        }
+        Err(DecodeError::Invalid(_)) => match decode_all(payload) {
+            Ok(d) => {
+                decoded = d;
+                Records::from_decoded(&decoded)
+            }
+            Err(DecodeError::NotOurs) => return gdb_status_GDB_FAIL,
+            Err(DecodeError::Invalid(why)) => {
+                report::refused(payload, &why);
+                return gdb_status_GDB_FAIL;
+            }
+        },
     };
     let mem = GdbMemory(syms.target_read);
-    for t in symbols::drop_tombstones(&mut decoded, &mem) {
+    for t in symbols::drop_tombstones(&mut records, &mem) {
         debug!(
             "skipped an unregistered object ({} function(s), first `{}`): its live slot {:#x} holds {:#x}, not its key {:#x}",
             t.functions, t.first, t.live.address, t.found, t.live.key
         );
     }
-    let plan = match symbols::plan(&decoded) {
+    let plan = match symbols::plan_records(&records) {
         Ok(p) => p,
         Err(why) => {
             report::refused(payload, &why);
@@ -174,11 +186,11 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
     // Even with every object skipped, the entry is ours: an empty object keeps GDB from
     // trying to read it as an object file (and saying it is not one).
     syms.emit(&plan);
-    let added = with_index(|index| index.add(&decoded, &mem));
+    let added = with_index(|index| index.add_records(&records, &mem));
     debug!(
         "read an entry of {} bytes: {} object(s), {added} function(s), {} symtab(s)",
         payload.len(),
-        decoded.len(),
+        records.objects.len(),
         plan.symtabs.len()
     );
     gdb_status_GDB_SUCCESS

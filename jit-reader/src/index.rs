@@ -26,9 +26,10 @@ use std::ops::{Bound, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use jit_interface::{Arch, Decoded, Function, LiveCheck, UnwindRow};
+use jit_interface::{Arch, Decoded, LiveCheck, UnwindRow};
 
 use crate::memory::Memory;
+use crate::records::{Func, Records};
 
 /// One registered object of a payload: the unit that is registered and unregistered
 /// together, with its own live slot.
@@ -93,38 +94,34 @@ impl Table {
     /// Builds the table of a payload's objects. Functions whose range is empty or wraps are
     /// left out (the model forbids both; a decoder bug must not become a bogus range), as
     /// is anything beyond the 32-bit offsets used inside a table.
-    fn build(decoded: &[Decoded]) -> Table {
-        let total: usize = decoded.iter().map(|d| d.object.functions().len()).sum();
-        let name_bytes: usize = decoded
-            .iter()
-            .flat_map(|d| d.object.functions())
-            .map(|f| f.name().len())
-            .sum();
+    fn build(records: &Records<'_>) -> Table {
+        let total: usize = records.all_functions().count();
+        let name_bytes: usize = records.all_functions().map(|f| f.name.len()).sum();
         let mut funcs: Vec<FnRec> = Vec::with_capacity(total);
         let mut names = String::with_capacity(name_bytes);
         let mut rows: Vec<UnwindRow> = Vec::new();
-        let mut objects = Vec::with_capacity(decoded.len());
+        let mut objects = Vec::with_capacity(records.objects.len());
         // The function appended last, whose rows the next one may share (also across
         // objects: a bundle of one-function objects).
-        let mut prev: Option<&Function> = None;
-        for d in decoded {
-            let arch = d.object.arch();
+        let mut prev: Option<&Func<'_>> = None;
+        for o in &records.objects {
+            let arch = o.arch;
             let lo = funcs.len();
-            let fns = d.object.functions();
+            let fns = records.functions(o);
             // Address order; the permutation is only built when needed.
-            let order: Option<Vec<usize>> = (!fns.windows(2).all(|w| w[0].start() <= w[1].start()))
+            let order: Option<Vec<usize>> = (!fns.windows(2).all(|w| w[0].start <= w[1].start))
                 .then(|| {
                     let mut v: Vec<usize> = (0..fns.len()).collect();
-                    v.sort_by_key(|&j| fns[j].start());
+                    v.sort_by_key(|&j| fns[j].start);
                     v
                 });
-            if objects.last().is_some_and(|o: &Entry| o.arch != arch) {
+            if objects.last().is_some_and(|e: &Entry| e.arch != arch) {
                 prev = None;
             }
             for j in 0..fns.len() {
                 let f = &fns[order.as_ref().map_or(j, |v| v[j])];
                 let last = funcs.last().zip(prev);
-                if let Some(rec) = fn_rec(f, arch, &mut names, &mut rows, last) {
+                if let Some(rec) = fn_rec(records, f, arch, &mut names, &mut rows, last) {
                     funcs.push(rec);
                     prev = Some(f);
                 }
@@ -134,7 +131,7 @@ impl Table {
                 break;
             };
             objects.push(Entry {
-                live: d.live,
+                live: o.live,
                 dead: AtomicBool::new(false),
                 arch,
                 funcs: lo..hi,
@@ -153,24 +150,25 @@ impl Table {
 /// indexed. `prev` is the function appended before, with its record: rows equal to its
 /// rows are shared, not stored again.
 fn fn_rec(
-    f: &Function,
+    records: &Records<'_>,
+    f: &Func<'_>,
     arch: Arch,
     names: &mut String,
     rows: &mut Vec<UnwindRow>,
-    prev: Option<(&FnRec, &Function)>,
+    prev: Option<(&FnRec, &Func<'_>)>,
 ) -> Option<FnRec> {
-    let end = f.start().checked_add(u64::from(f.size()))?;
-    if end <= f.start() {
+    let end = f.start.checked_add(u64::from(f.size))?;
+    if end <= f.start {
         return None;
     }
-    let name_end = u32::try_from(names.len() + f.name().len()).ok()?;
+    let name_end = u32::try_from(names.len() + f.name.len()).ok()?;
     let (rows_start, rows_len) = match prev {
         // The same description for the same size: the same rows, without computing them.
-        Some((p, pf)) if pf.size() == f.size() && pf.frame() == f.frame() => {
+        Some((p, pf)) if pf.size == f.size && records.same_frame(pf, f) => {
             (p.rows_start, p.rows_len)
         }
         _ => {
-            let own = f.frame().rows(arch, u64::from(f.size()));
+            let own = records.frame_rows(f, arch);
             let shared = prev.map(|(p, _)| p).filter(|p| {
                 let (s, n) = (p.rows_start as usize, p.rows_len as usize);
                 rows.get(s..s + n) == Some(&own[..])
@@ -187,10 +185,10 @@ fn fn_rec(
             }
         }
     };
-    names.push_str(f.name());
+    names.push_str(f.name);
     Some(FnRec {
-        start: f.start(),
-        size: f.size(),
+        start: f.start,
+        size: f.size,
         name_end,
         rows_start,
         rows_len,
@@ -401,7 +399,12 @@ impl Index {
     /// ranges overlapping a new function lose the overlapping addresses, and are dropped
     /// entirely if `mem` shows their object is dead.
     pub fn add(&mut self, decoded: &[Decoded], mem: &dyn Memory) -> usize {
-        let table = Arc::new(Table::build(decoded));
+        self.add_records(&Records::from_decoded(decoded), mem)
+    }
+
+    /// [`Index::add`] for the functions of a payload's records.
+    pub fn add_records(&mut self, records: &Records<'_>, mem: &dyn Memory) -> usize {
+        let table = Arc::new(Table::build(records));
         // The run being built: its range and objects.
         let mut run: Option<(u64, u64, Range<u32>)> = None;
         for (k, o) in table.objects.iter().enumerate() {
@@ -627,7 +630,10 @@ mod tests {
         let mut ix = Index::new();
         assert_eq!(ix.span(), None);
         ix.add(&decoded(&[("b", 0x2000, 0x10)], None), &mem);
-        ix.add(&decoded(&[("a", 0x1000, 0x10), ("c", 0x3000, 8)], None), &mem);
+        ix.add(
+            &decoded(&[("a", 0x1000, 0x10), ("c", 0x3000, 8)], None),
+            &mem,
+        );
         assert_eq!(ix.span(), Some((0x1000, 0x3008)));
         ix.clear();
         assert_eq!(ix.span(), None);
@@ -757,7 +763,7 @@ mod tests {
             object: o,
             live: None,
         }];
-        let table = Table::build(&d);
+        let table = Table::build(&Records::from_decoded(&d));
         assert_eq!(table.rows.len(), frames[1].len() + frames[0].len());
         let mut ix = Index::new();
         assert_eq!(ix.add(&d, &Words::default()), 3);

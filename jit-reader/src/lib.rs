@@ -11,7 +11,9 @@
 //! - [`bindings`]: bindgen's rendering of GDB's `jit-reader.h` (committed; regenerate with
 //!   `scripts/regen-bindings.sh`).
 //! - `gdb`: the FFI edge: exported symbols, callbacks, register and memory access.
-//! - [`symbols`]: turns decoded objects into the symbol tables GDB is given.
+//! - [`records`]: a payload's functions as read from its bytes (names borrowed, rows in
+//!   shared vectors), checked like the data model checks them.
+//! - [`symbols`]: turns those records into the symbol tables GDB is given.
 //! - [`index`]: the sorted index of registered code ranges, with liveness checks.
 //! - [`unwind`]: frame unwinding, generic part plus one module per architecture.
 //! - `report`: what the reader prints (refusals, and details with `JIT_READER_DEBUG=1`).
@@ -49,6 +51,7 @@ mod export;
 mod gdb;
 pub mod index;
 mod memory;
+pub mod records;
 mod report;
 pub mod symbols;
 pub mod unwind;

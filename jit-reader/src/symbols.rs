@@ -28,9 +28,10 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::ops::Range;
 
-use jit_interface::{Decoded, Function, LiveCheck};
+use jit_interface::{Decoded, LiveCheck};
 
 use crate::memory::Memory;
+use crate::records::{Func, Records};
 
 /// Everything GDB is told about one payload.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -129,9 +130,10 @@ const SLOT_SPAN: u64 = 4096;
 /// key: unregistered objects a registry left in place inside a payload. A slot that cannot
 /// be read (e.g. memory absent from a core file) counts as live, as the format says.
 /// Slots close to each other are read together: a bundle may hold a thousand objects.
-pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tombstone> {
+pub fn drop_tombstones(records: &mut Records<'_>, mem: &dyn Memory) -> Vec<Tombstone> {
     // (slot address, object index), by address.
-    let mut slots: Vec<(u64, usize)> = decoded
+    let mut slots: Vec<(u64, usize)> = records
+        .objects
         .iter()
         .enumerate()
         .filter_map(|(i, d)| d.live.map(|l| (l.address, i)))
@@ -141,7 +143,7 @@ pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tomb
     }
     slots.sort_unstable();
     // What each object's slot holds, if it could be read.
-    let mut held: Vec<Option<u64>> = vec![None; decoded.len()];
+    let mut held: Vec<Option<u64>> = vec![None; records.objects.len()];
     let mut buf = Vec::new();
     let mut i = 0;
     while i < slots.len() {
@@ -172,18 +174,16 @@ pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tomb
     }
     let mut dropped = Vec::new();
     let mut k = 0;
-    decoded.retain(|d| {
+    let mut objects = std::mem::take(&mut records.objects);
+    objects.retain(|o| {
         let found = held[k];
         k += 1;
-        match (d.live, found) {
+        match (o.live, found) {
             (Some(live), Some(found)) if found != live.key => {
+                let fns = records.functions(o);
                 dropped.push(Tombstone {
-                    first: d
-                        .object
-                        .functions()
-                        .first()
-                        .map_or_else(String::new, |f| f.name().to_owned()),
-                    functions: d.object.functions().len(),
+                    first: fns.first().map_or_else(String::new, |f| f.name.to_owned()),
+                    functions: fns.len(),
                     live,
                     found,
                 });
@@ -192,24 +192,30 @@ pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tomb
             _ => true,
         }
     });
+    records.objects = objects;
     dropped
 }
 
 /// Builds the symbol tables of a payload's objects. Errors name the first problem found
 /// (the decoder validates; this guards what GDB would be given all the same).
 pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
+    plan_records(&Records::from_decoded(decoded))
+}
+
+/// [`plan`] for the functions of a payload's records.
+pub fn plan_records(records: &Records<'_>) -> Result<Plan, String> {
     let mut total = 0;
     let mut rows = 0;
     // Functions by file. Consecutive functions almost always share their file, so the
     // group of the previous function is tried before the map.
-    let mut by_file: Vec<(Option<&str>, Vec<&Function>)> = Vec::new();
+    let mut by_file: Vec<(Option<&str>, Vec<&Func<'_>>)> = Vec::new();
     let mut group_of: BTreeMap<Option<&str>, usize> = BTreeMap::new();
     let mut last: Option<usize> = None;
-    for d in decoded {
-        total += d.object.functions().len();
-        for f in d.object.functions() {
-            rows += f.lines().len() + 1;
-            let file = f.file();
+    for o in &records.objects {
+        total += records.functions(o).len();
+        for f in records.functions(o) {
+            rows += records.lines(f).len() + 1;
+            let file = f.file;
             let k = match last.filter(|&k| by_file[k].0 == file) {
                 Some(k) => k,
                 None => *group_of.entry(file).or_insert_with(|| {
@@ -231,23 +237,23 @@ pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
     };
     for (file, mut fns) in by_file {
         let file = file.map(|f| p.push_str("the file name", f)).transpose()?;
-        if !fns.windows(2).all(|w| w[0].start() <= w[1].start()) {
-            fns.sort_by_key(|f| f.start());
+        if !fns.windows(2).all(|w| w[0].start <= w[1].start) {
+            fns.sort_by_key(|f| f.start);
         }
         let mut rest = &fns[..];
         while !rest.is_empty() {
             // The run ends at the first function that starts after everything before it.
             let mut end = rest[0].end();
             let mut n = 1;
-            while n < rest.len() && rest[n].start() <= end {
+            while n < rest.len() && rest[n].start <= end {
                 end = end.max(rest[n].end());
                 n += 1;
             }
             let (run, tail) = rest.split_at(n);
             let b0 = p.blocks.len();
-            blocks(&mut p, run)?;
+            blocks(&mut p, records, run)?;
             let l0 = p.lines.len();
-            lines(&mut p, run)?;
+            lines(&mut p, records, run)?;
             p.symtabs.push(SymtabPlan {
                 file,
                 blocks: b0..p.blocks.len(),
@@ -260,28 +266,28 @@ pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
 }
 
 /// A function's range, or why it has none.
-fn range(f: &Function) -> Result<(u64, u64), String> {
-    let start = f.start();
+fn range(f: &Func<'_>) -> Result<(u64, u64), String> {
+    let start = f.start;
     start
-        .checked_add(u64::from(f.size()))
+        .checked_add(u64::from(f.size))
         .filter(|&e| e > start)
         .map(|e| (start, e))
         .ok_or_else(|| {
             format!(
                 "function `{}` at {start:#x} has an empty or wrapping range",
-                f.name()
+                f.name
             )
         })
 }
 
 /// Appends the blocks of a run of functions (sorted by start) in GDB's order.
-fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
-    let disjoint = fns.windows(2).all(|w| w[0].end() <= w[1].start());
-    if disjoint && fns.iter().all(|f| f.blocks().is_empty()) {
+fn blocks(p: &mut Plan, records: &Records<'_>, fns: &[&Func<'_>]) -> Result<(), String> {
+    let disjoint = fns.windows(2).all(|w| w[0].end() <= w[1].start);
+    if disjoint && fns.iter().all(|f| records.blocks(f).is_empty()) {
         // Already in GDB's order: one block per function, by address.
         for f in fns {
             let (begin, end) = range(f)?;
-            let name = p.push_str("the function name", f.name())?;
+            let name = p.push_str("the function name", f.name)?;
             p.blocks.push(BlockPlan {
                 begin,
                 end,
@@ -298,12 +304,11 @@ fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
         raw.push(BlockPlan {
             begin: start,
             end,
-            name: p.push_str("the function name", f.name())?,
+            name: p.push_str("the function name", f.name)?,
             parent: None,
         });
-        for (j, b) in f.blocks().iter().enumerate() {
-            let bad =
-                |why: String| format!("function `{}`, block {j} `{}`: {why}", f.name(), b.name);
+        for (j, b) in records.blocks(f).iter().enumerate() {
+            let bad = |why: String| format!("function `{}`, block {j} `{}`: {why}", f.name, b.name);
             let parent = match b.parent {
                 None => fb,
                 Some(q) if (q as usize) < j => fb + 1 + q as usize,
@@ -323,7 +328,7 @@ fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
             raw.push(BlockPlan {
                 begin,
                 end: bend,
-                name: p.push_str("the block name", &b.name)?,
+                name: p.push_str("the block name", b.name)?,
                 parent: Some(parent),
             });
         }
@@ -351,36 +356,47 @@ fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
 
 /// Checks one line row of `f`; returns its address and line.
 #[inline]
-fn line_row(f: &Function, i: usize, offset: u32, line: u32) -> Result<(u64, i32), String> {
-    let bad = |why: String| format!("function `{}`, line row {i}: {why}", f.name());
-    if offset >= f.size() {
+fn line_row(f: &Func<'_>, i: usize, offset: u32, line: u32) -> Result<(u64, i32), String> {
+    match i32::try_from(line) {
+        Ok(l) if l > 0 && offset < f.size => Ok((f.start + u64::from(offset), l)),
+        _ => bad_line_row(f, i, offset, line),
+    }
+}
+
+#[cold]
+fn bad_line_row(f: &Func<'_>, i: usize, offset: u32, line: u32) -> Result<(u64, i32), String> {
+    let bad = |why: String| format!("function `{}`, line row {i}: {why}", f.name);
+    if offset >= f.size {
         return Err(bad(format!(
             "offset {offset} is outside the function (size {})",
-            f.size()
+            f.size
         )));
     }
     let line = i32::try_from(line)
         .ok()
         .filter(|&l| l > 0)
         .ok_or_else(|| bad(format!("line {line} is not between 1 and {}", i32::MAX)))?;
-    Ok((f.start() + u64::from(offset), line))
+    Ok((f.start + u64::from(offset), line))
 }
 
 /// Appends the line table of a run of functions (sorted by start).
-fn lines(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
+fn lines(p: &mut Plan, records: &Records<'_>, fns: &[&Func<'_>]) -> Result<(), String> {
     let l0 = p.lines.len();
-    let in_order = fns.windows(2).all(|w| w[0].end() <= w[1].start())
-        && fns
-            .iter()
-            .all(|f| f.lines().windows(2).all(|w| w[0].offset < w[1].offset));
+    let in_order = fns.windows(2).all(|w| w[0].end() <= w[1].start)
+        && fns.iter().all(|f| {
+            records
+                .lines(f)
+                .windows(2)
+                .all(|w| w[0].offset < w[1].offset)
+        });
     if in_order {
         // Rows come out sorted as they are; only end markers met by a row need dropping.
         let mut marker_at: Option<u64> = None;
         for f in fns {
-            if f.lines().is_empty() {
+            if records.lines(f).is_empty() {
                 continue;
             }
-            for (i, r) in f.lines().iter().enumerate() {
+            for (i, r) in records.lines(f).iter().enumerate() {
                 let (pc, line) = line_row(f, i, r.offset, r.line)?;
                 if marker_at.take() == Some(pc) {
                     p.lines.pop();
@@ -397,10 +413,10 @@ fn lines(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
         // (pc, 0 for a real row / 1 for an end marker, line): real rows sort before markers.
         let mut rows: Vec<(u64, u8, i32)> = Vec::new();
         for f in fns {
-            if f.lines().is_empty() {
+            if records.lines(f).is_empty() {
                 continue;
             }
-            for (i, r) in f.lines().iter().enumerate() {
+            for (i, r) in records.lines(f).iter().enumerate() {
                 let (pc, line) = line_row(f, i, r.offset, r.line)?;
                 rows.push((pc, 0, line));
             }
@@ -644,7 +660,7 @@ mod tests {
         mem.words.insert(0x508, 0); // cleared: unregistered
         mem.words.insert(0x510, 13);
         mem.words.insert(0x9000, 99); // reused for something else
-        let mut d = vec![
+        let d = vec![
             with_slot("live_a", 0x1000, Some((0x500, 11))),
             with_slot("gone_b", 0x1010, Some((0x508, 12))),
             with_slot("live_c", 0x1020, Some((0x510, 13))),
@@ -652,8 +668,9 @@ mod tests {
             with_slot("unreadable", 0x1040, Some((0x5000, 14))),
             with_slot("gone_e", 0x1050, Some((0x9000, 15))),
         ];
-        let gone = drop_tombstones(&mut d, &mem);
-        let kept: Vec<&str> = d.iter().map(|d| d.object.functions()[0].name()).collect();
+        let mut r = Records::from_decoded(&d);
+        let gone = drop_tombstones(&mut r, &mem);
+        let kept: Vec<&str> = r.all_functions().map(|f| f.name).collect();
         assert_eq!(kept, ["live_a", "live_c", "no_slot", "unreadable"]);
         let gone: Vec<(&str, usize, u64, u64)> = gone
             .iter()
@@ -663,7 +680,7 @@ mod tests {
         // [0x500, 0x518) in one read, then 0x5000 and 0x9000.
         assert_eq!(mem.reads.get(), 3);
         // What is left plans as usual, without the tombstones.
-        let p = plan(&d).unwrap();
+        let p = plan_records(&r).unwrap();
         let planned: Vec<&str> = (0..p.symtabs.len()).flat_map(|i| names(&p, i)).collect();
         assert_eq!(planned, kept);
     }
@@ -671,8 +688,9 @@ mod tests {
     #[test]
     fn without_live_slots_nothing_is_read() {
         let mem = Words::default();
-        let mut d = vec![with_slot("f", 0x1000, None)];
-        assert!(drop_tombstones(&mut d, &mem).is_empty());
-        assert_eq!((d.len(), mem.reads.get()), (1, 0));
+        let d = vec![with_slot("f", 0x1000, None)];
+        let mut r = Records::from_decoded(&d);
+        assert!(drop_tombstones(&mut r, &mem).is_empty());
+        assert_eq!((r.objects.len(), mem.reads.get()), (1, 0));
     }
 }

@@ -1,6 +1,11 @@
 //! Reads compact records back into [`JitObject`]s, through the model's validating setters,
 //! so a decoded object satisfies everything an encoded one did.
 //!
+//! The bytes are parsed once, here, and what they say is handed to a [`Sink`]: the model
+//! builder ([`ModelSink`], behind [`decode_all`]) or a consumer's own tables (the GDB reader
+//! collects names, rows and ranges without building the model, and asks the model to decide
+//! whenever its own checks refuse).
+//!
 //! The input is untrusted (memory of a live process or a core file from another machine):
 //! every read is bounded, every count is checked against the bytes that remain before
 //! anything is allocated for it, each loop runs at most once per input byte, and there is
@@ -12,6 +17,7 @@ use super::lines;
 use super::wire::{invalid, Reader};
 use super::{arch_from_code, DecodeError, Decoded, LiveCheck, MAGIC, MAX_COUNT, VERSION};
 use crate::model::{Arch, CfaBase, FunctionId, JitObject, LineRow, UnwindRow};
+use crate::Result as ModelResult;
 
 /// Fewest bytes each item can take, for bounding counts by the remaining input.
 const MIN_STRING_BYTES: usize = 2; // length, one byte
@@ -20,7 +26,113 @@ const MIN_UNWIND_ROW_BYTES: usize = 3;
 const MIN_EPILOGUE_BYTES: usize = 2;
 const MIN_BLOCK_BYTES: usize = 4;
 
+/// Receives what the decoder reads, record by record and function by function. Names and
+/// file names borrow the payload; row slices are only valid during the call.
+///
+/// The decoder checks everything about the bytes themselves (bounds, counts, 32-bit fields,
+/// string-table indices, names non-empty without NUL, line numbers) before calling a sink.
+/// The data model's rules (function sizes, rows in order and inside their function, frame
+/// offsets, blocks inside their parents, functions of an object not overlapping) are the
+/// sink's to check: an error it returns refuses the payload, at the item's byte offset. A
+/// sink that checks less than the model does must not be used to decide that a payload is
+/// valid.
+pub trait Sink<'a> {
+    /// An object record starts.
+    fn object(&mut self, arch: Arch, live: Option<LiveCheck>);
+    /// A function of the current object, `[start, start + size)` as read.
+    fn function(&mut self, name: &'a str, start: u64, size: u64) -> ModelResult<()>;
+    /// The current function keeps a frame-pointer frame (offsets after its prologue's two
+    /// instructions).
+    fn frame_pointer(&mut self, push_end: u32, setup_end: u32) -> ModelResult<()>;
+    /// An epilogue of the current function, after [`Sink::frame_pointer`].
+    fn epilogue(&mut self, restore_end: u32, ret_end: u32) -> ModelResult<()>;
+    /// Explicit frame-description rows of the current function.
+    fn unwind_rows(&mut self, rows: &[UnwindRow]) -> ModelResult<()>;
+    /// The current function's source file and line rows.
+    fn lines(&mut self, file: &'a str, rows: &[LineRow]) -> ModelResult<()>;
+    /// A nested block of the current function; `parent` is the index of an earlier block of
+    /// the same function (`None`: the function itself).
+    fn block(
+        &mut self,
+        name: &'a str,
+        start: u32,
+        end: u32,
+        parent: Option<u32>,
+    ) -> ModelResult<()>;
+    /// The current object record ends (it has at least one function).
+    fn end_object(&mut self) -> ModelResult<()>;
+}
+
+/// Builds [`Decoded`] objects through the model's validating setters.
+#[derive(Default)]
+struct ModelSink {
+    done: Vec<Decoded>,
+    object: Option<(JitObject, Option<LiveCheck>)>,
+    f: FunctionId,
+}
+
+impl ModelSink {
+    fn current(&mut self) -> &mut JitObject {
+        &mut self
+            .object
+            .get_or_insert_with(|| (JitObject::new(), None))
+            .0
+    }
+}
+
+impl<'a> Sink<'a> for ModelSink {
+    fn object(&mut self, arch: Arch, live: Option<LiveCheck>) {
+        self.object = Some((JitObject::with_arch(arch), live));
+    }
+    fn function(&mut self, name: &'a str, start: u64, size: u64) -> ModelResult<()> {
+        self.f = self.current().add_function(name, start, size)?;
+        Ok(())
+    }
+    fn frame_pointer(&mut self, push_end: u32, setup_end: u32) -> ModelResult<()> {
+        let f = self.f;
+        self.current().set_frame_pointer(f, push_end, setup_end)
+    }
+    fn epilogue(&mut self, restore_end: u32, ret_end: u32) -> ModelResult<()> {
+        let f = self.f;
+        self.current().add_epilogue(f, restore_end, ret_end)
+    }
+    fn unwind_rows(&mut self, rows: &[UnwindRow]) -> ModelResult<()> {
+        let f = self.f;
+        self.current().set_unwind(f, rows)
+    }
+    fn lines(&mut self, file: &'a str, rows: &[LineRow]) -> ModelResult<()> {
+        let f = self.f;
+        self.current().set_lines(f, file, rows)
+    }
+    fn block(
+        &mut self,
+        name: &'a str,
+        start: u32,
+        end: u32,
+        parent: Option<u32>,
+    ) -> ModelResult<()> {
+        let f = self.f;
+        self.current().add_block(f, name, start, end, parent)?;
+        Ok(())
+    }
+    fn end_object(&mut self) -> ModelResult<()> {
+        let (object, live) = self.object.take().unwrap_or_default();
+        object.validate()?;
+        self.done.push(Decoded { object, live });
+        Ok(())
+    }
+}
+
 pub(crate) fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
+    let mut sink = ModelSink::default();
+    decode_into(bytes, &mut sink)?;
+    Ok(sink.done)
+}
+
+pub(crate) fn decode_into<'a>(
+    bytes: &'a [u8],
+    sink: &mut impl Sink<'a>,
+) -> Result<(), DecodeError> {
     if bytes.len() < MAGIC.len() || bytes[..MAGIC.len()] != MAGIC {
         return Err(DecodeError::NotOurs);
     }
@@ -65,15 +177,15 @@ pub(crate) fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
 
     // Object records until the end: the payload's size is the only count, so a runtime can
     // append records in place.
-    let mut objects = Vec::new();
+    let mut k = 0;
     while !r.is_at_end() {
-        let k = objects.len();
-        objects.push(decode_object(&mut r, arch).map_err(within(|| format!("object {k}")))?);
+        decode_object(&mut r, arch, sink).map_err(within(|| format!("object {k}")))?;
+        k += 1;
     }
-    if objects.is_empty() {
+    if k == 0 {
         return Err(invalid("the payload holds no object", r.pos()));
     }
-    Ok(objects)
+    Ok(())
 }
 
 /// Prefixes a decoding error with where it happened (only on the error path: no cost for
@@ -94,7 +206,11 @@ fn model_error(e: crate::Error, at: usize) -> DecodeError {
     }
 }
 
-fn decode_object(r: &mut Reader<'_>, arch: Arch) -> Result<Decoded, DecodeError> {
+fn decode_object<'a>(
+    r: &mut Reader<'a>,
+    arch: Arch,
+    sink: &mut impl Sink<'a>,
+) -> Result<(), DecodeError> {
     let object_at = r.pos();
     let flags = r.u8("an object's flags")?;
     if flags & !OBJECT_LIVE != 0 {
@@ -128,31 +244,32 @@ fn decode_object(r: &mut Reader<'_>, arch: Arch) -> Result<Decoded, DecodeError>
     if n == 0 {
         return Err(invalid("the object has no function", at));
     }
-    let mut object = JitObject::with_arch(arch);
+    sink.object(arch, live);
     let mut state = State {
+        arch,
         prev_end: 0,
         line: 1,
         rows: Vec::new(),
     };
     for i in 0..n {
-        decode_function(r, &mut object, strings, &mut state, i)?;
+        decode_function(r, sink, strings, &mut state, i)?;
     }
-    object.validate().map_err(|e| invalid(e, object_at))?;
-    Ok(Decoded { object, live })
+    sink.end_object().map_err(|e| invalid(e, object_at))
 }
 
 /// What a reader carries from one function to the next within an object.
 struct State {
+    arch: Arch,
     prev_end: u64,
     line: i64,
     /// The line rows of the function being decoded (one buffer for all: the model copies them).
     rows: Vec<LineRow>,
 }
 
-fn decode_function(
-    r: &mut Reader<'_>,
-    object: &mut JitObject,
-    strings: &[&str],
+fn decode_function<'a>(
+    r: &mut Reader<'a>,
+    sink: &mut impl Sink<'a>,
+    strings: &[&'a str],
     state: &mut State,
     i: usize,
 ) -> Result<(), DecodeError> {
@@ -160,27 +277,28 @@ fn decode_function(
     let name = r
         .text("a function name")
         .map_err(within(|| format!("function {i}")))?;
-    function_body(r, object, strings, state, name, at)
+    function_body(r, sink, strings, state, name, at)
         .map_err(within(|| format!("function {i} `{name}`")))
 }
 
-fn function_body(
-    r: &mut Reader<'_>,
-    object: &mut JitObject,
-    strings: &[&str],
+fn function_body<'a>(
+    r: &mut Reader<'a>,
+    sink: &mut impl Sink<'a>,
+    strings: &[&'a str],
     state: &mut State,
-    name: &str,
+    name: &'a str,
     at: usize,
 ) -> Result<(), DecodeError> {
     let delta = r.sleb("a function start")?;
     let start = state.prev_end.wrapping_add(delta as u64);
     let size = r.uleb("a function size")?;
-    let f = object
-        .add_function(name, start, size)
+    sink.function(name, start, size)
         .map_err(|e| model_error(e, at))?;
-    // add_function checked that start + size does not overflow.
     state.prev_end = start.wrapping_add(size);
-    let size = object.functions()[f].size();
+    // The model refuses larger functions; a sink that does not is refused here.
+    let Ok(size) = u32::try_from(size) else {
+        return Err(invalid(format!("size {size} does not fit in 32 bits"), at));
+    };
 
     let at = r.pos();
     let flags = r.u8("a function's flags")?;
@@ -192,34 +310,32 @@ fn function_body(
         KIND_DEFAULT => {}
         KIND_FP_CANONICAL => {
             let Some((push_end, setup_end, restore_end, ret_end)) =
-                frame::canonical(object.arch(), size)
+                frame::canonical(state.arch, size)
             else {
                 return Err(invalid(
                     format!("{size} bytes are too few for the canonical frame-pointer prologue and epilogue"),
                     at,
                 ));
             };
-            object
-                .set_frame_pointer(f, push_end, setup_end)
-                .and_then(|()| object.add_epilogue(f, restore_end, ret_end))
+            sink.frame_pointer(push_end, setup_end)
+                .and_then(|()| sink.epilogue(restore_end, ret_end))
                 .map_err(|e| model_error(e, at))?;
         }
-        KIND_FP => decode_frame_pointer(r, object, f)?,
-        _ => decode_unwind_rows(r, object, f)?, // KIND_ROWS: the kind has two bits
+        KIND_FP => decode_frame_pointer(r, sink)?,
+        _ => decode_unwind_rows(r, sink)?, // KIND_ROWS: the kind has two bits
     }
     if flags & FUNCTION_LINES != 0 {
-        decode_lines(r, object, f, strings, state)?;
+        decode_lines(r, sink, strings, state)?;
     }
     if flags & FUNCTION_BLOCKS != 0 {
-        decode_blocks(r, object, f, strings)?;
+        decode_blocks(r, sink, strings)?;
     }
     Ok(())
 }
 
-fn decode_frame_pointer(
-    r: &mut Reader<'_>,
-    object: &mut JitObject,
-    f: FunctionId,
+fn decode_frame_pointer<'a>(
+    r: &mut Reader<'a>,
+    sink: &mut impl Sink<'a>,
 ) -> Result<(), DecodeError> {
     let at = r.pos();
     let push_end = r.uleb("a frame-pointer prologue")?;
@@ -233,8 +349,7 @@ fn decode_frame_pointer(
             at,
         ));
     };
-    object
-        .set_frame_pointer(f, push_end, setup_end)
+    sink.frame_pointer(push_end, setup_end)
         .map_err(|e| model_error(e, at))?;
     let n = r.count("the epilogue count", MIN_EPILOGUE_BYTES, MAX_COUNT)?;
     let mut after = u64::from(setup_end);
@@ -252,19 +367,14 @@ fn decode_frame_pointer(
         else {
             return Err(invalid("an epilogue offset does not fit in 32 bits", at));
         };
-        object
-            .add_epilogue(f, restore_end, ret_end)
+        sink.epilogue(restore_end, ret_end)
             .map_err(|e| model_error(e, at))?;
         after = u64::from(ret_end);
     }
     Ok(())
 }
 
-fn decode_unwind_rows(
-    r: &mut Reader<'_>,
-    object: &mut JitObject,
-    f: FunctionId,
-) -> Result<(), DecodeError> {
+fn decode_unwind_rows<'a>(r: &mut Reader<'a>, sink: &mut impl Sink<'a>) -> Result<(), DecodeError> {
     let rows_at = r.pos();
     let n = r.count("the unwind row count", MIN_UNWIND_ROW_BYTES, MAX_COUNT)?;
     let mut rows = Vec::with_capacity(n);
@@ -297,16 +407,13 @@ fn decode_unwind_rows(
             fp_offset,
         });
     }
-    object
-        .set_unwind(f, &rows)
-        .map_err(|e| model_error(e, rows_at))
+    sink.unwind_rows(&rows).map_err(|e| model_error(e, rows_at))
 }
 
-fn decode_lines(
-    r: &mut Reader<'_>,
-    object: &mut JitObject,
-    f: FunctionId,
-    strings: &[&str],
+fn decode_lines<'a>(
+    r: &mut Reader<'a>,
+    sink: &mut impl Sink<'a>,
+    strings: &[&'a str],
     state: &mut State,
 ) -> Result<(), DecodeError> {
     let lines_at = r.pos();
@@ -342,18 +449,17 @@ fn decode_lines(
             line: line32,
         });
     }
-    let set = object
-        .set_lines(f, file, &rows)
+    let set = sink
+        .lines(file, &rows)
         .map_err(|e| model_error(e, lines_at));
     state.rows = rows;
     set
 }
 
-fn decode_blocks(
-    r: &mut Reader<'_>,
-    object: &mut JitObject,
-    f: FunctionId,
-    strings: &[&str],
+fn decode_blocks<'a>(
+    r: &mut Reader<'a>,
+    sink: &mut impl Sink<'a>,
+    strings: &[&'a str],
 ) -> Result<(), DecodeError> {
     let at = r.pos();
     let n = r.count("the block count", MIN_BLOCK_BYTES, MAX_COUNT)?;
@@ -376,8 +482,7 @@ fn decode_blocks(
             ));
         };
         let parent = parent.checked_sub(1);
-        object
-            .add_block(f, name, start, end, parent)
+        sink.block(name, start, end, parent)
             .map_err(|e| model_error(e, at))?;
     }
     Ok(())

@@ -32,6 +32,7 @@ pub(crate) fn write_row(w: &mut Writer, offset_adv: u64, line_adv: i64) {
 }
 
 /// Reads one row: `(offset advance, line advance)`.
+#[inline]
 pub(crate) fn read_row(r: &mut Reader<'_>) -> Result<(u64, i64), DecodeError> {
     let op = r.u8("a line row")?;
     if op == ESCAPE {

@@ -10,6 +10,8 @@
 
 mod decode;
 mod encode;
+
+pub use decode::Sink;
 mod frame;
 mod lines;
 mod wire;
@@ -146,4 +148,11 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, DecodeError> {
 /// bytes. Time and memory are linear in the payload size.
 pub fn decode_all(bytes: &[u8]) -> Result<Vec<Decoded>, DecodeError> {
     decode::decode_all(bytes)
+}
+
+/// Decodes a compact payload into `sink` (see [`Sink`] for what it must check); never
+/// panics, whatever the bytes. [`decode_all`] is this with the data model as the sink, and
+/// gives the same errors for everything a sink accepts that the model accepts.
+pub fn decode_into<'a>(bytes: &'a [u8], sink: &mut impl Sink<'a>) -> Result<(), DecodeError> {
+    decode::decode_into(bytes, sink)
 }
