@@ -168,7 +168,8 @@ impl Batch {
 /// A registered object.
 struct Member {
     batch: u64,
-    /// ELF only: batches are re-encoded from the models.
+    /// For members of ELF batches (re-encoded from the models when merged or rewritten):
+    /// kept for small ELF objects, decoded from the record for compact ones merged as ELF.
     model: Option<Arc<JitObject>>,
 }
 
@@ -389,10 +390,9 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                     let placeholder = LiveCheck { address: 0, key: 1 };
                     crate::format::encode_record(&mut scratch, object, Some(placeholder))?;
                 }
-                (
-                    Some(crate::elf::encode(object)?),
-                    Some(Arc::new(object.clone())),
-                )
+                // Big objects keep an entry of their own, never merged or rewritten: no model.
+                let model = (!big).then(|| Arc::new(object.clone()));
+                (Some(crate::elf::encode(object)?), model)
             }
         };
         let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
@@ -721,10 +721,19 @@ impl State {
             }
             Format::Elf => {
                 let slots: Vec<Slot> = parts.iter().flat_map(|b| b.members.clone()).collect();
-                let models: Vec<&JitObject> = slots
+                // Every member of a batch that can be merged or rewritten has a model (only
+                // big objects, alone in their entry for good, have none); should one be
+                // missing, refuse rather than drop its functions.
+                let Some(models) = slots
                     .iter()
-                    .filter_map(|s| self.member_ref(s.id)?.model.as_deref())
-                    .collect();
+                    .map(|s| self.member_ref(s.id)?.model.as_deref())
+                    .collect::<Option<Vec<&JitObject>>>()
+                else {
+                    return Err(crate::Error::Unsupported {
+                        format: "ELF",
+                        why: "a batch member has no model to re-encode".into(),
+                    });
+                };
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
                 let buf = crate::elf::encode(&JitObject::merged(arch, models.iter().copied()))?;
                 Ok((buf, slots))
