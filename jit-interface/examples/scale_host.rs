@@ -172,7 +172,8 @@ fn churn(threads: u64, ops: u64, format: Format) {
         .flat_map(|h| h.join().expect("thread"))
         .collect();
     let dt = t0.elapsed().as_secs_f64();
-    eprintln!("TOTAL churn {dt:.6} s");
+    let (stops, bytes) = jit_interface::descriptor::notifications();
+    eprintln!("TOTAL churn {dt:.6} s, hooks {stops} calls, {bytes} bytes announced");
     // Every slot's address with the function registered there now, or `-`.
     for (i, slot) in slots.iter().enumerate() {
         let addr = base + i as u64 * FN_SIZE;

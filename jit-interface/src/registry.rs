@@ -294,7 +294,28 @@ static DEFERRED: AtomicBool = AtomicBool::new(false);
 /// DWARF reader, lazily, and frees all of it when they are unregistered). Compact entries
 /// are the cheaper stop (about 0.1 ms less each) and are unwound by our reader, so small
 /// programs keep them; this caps what a long session leaves in GDB at about 7 MB.
+/// `JIT_GDB_READER_BUDGET=N` in the environment sets another budget (0: always ELF).
 const READER_BUDGET: usize = 10_000;
+
+fn reader_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let Some(v) = std::env::var_os("JIT_GDB_READER_BUDGET") else {
+            return READER_BUDGET;
+        };
+        match v.to_str().and_then(|v| v.trim().parse().ok()) {
+            Some(n) => n,
+            None => {
+                eprintln!(
+                    "jit-interface: ignoring JIT_GDB_READER_BUDGET={}: not a number of \
+                     functions (using {READER_BUDGET})",
+                    v.to_string_lossy()
+                );
+                READER_BUDGET
+            }
+        }
+    })
+}
 
 /// Functions announced so far in small compact entries of their own to an attached debugger
 /// (never reset: a debugger that detaches and attaches again keeps what it leaked).
@@ -364,7 +385,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     let encoding = if format == Format::Compact
         && !big
         && !DEFERRED.load(Ordering::Relaxed)
-        && READ_BY_READER.load(Ordering::Relaxed) >= READER_BUDGET
+        && READ_BY_READER.load(Ordering::Relaxed) >= reader_budget()
         && descriptor::debugger_attached()
     {
         Format::Elf
