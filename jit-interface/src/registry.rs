@@ -18,8 +18,10 @@
 //!   batches are re-encoded from the kept models. A compact registration's own entry is read
 //!   through our reader (the cheapest stop), but the batches it is merged into are encoded as
 //!   ELF, which GDB reads natively and frees whole (see `State::build_as_elf`: GDB leaks
-//!   memory for every function its reader interface reads). Without a debugger, compact
-//!   records are self-contained, so merging and rewriting copy bytes.
+//!   memory for every function its reader interface reads), and once `READER_BUDGET`
+//!   functions were read that way, small compact registrations get ELF entries of their own
+//!   too. Without a debugger, compact records are self-contained, so merging and rewriting
+//!   copy bytes.
 //!
 //! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
 //!
