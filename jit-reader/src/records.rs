@@ -476,6 +476,63 @@ mod tests {
         assert!(Records::from_payload(&bundle).is_err());
     }
 
+    /// A bundle with what the format can say: live checks, several files, blocks, default,
+    /// canonical and other frame-pointer frames, functions out of address order.
+    fn bundle() -> Vec<u8> {
+        let mut o2 = JitObject::new();
+        let z = o2.add_function("z", 0x3000, 0x30).unwrap();
+        o2.set_frame_pointer(z, 1, 4).unwrap();
+        o2.add_epilogue(z, 0x2f, 0x30).unwrap();
+        o2.set_lines(
+            z,
+            "x.js",
+            &[LineRow {
+                offset: 0,
+                line: 70,
+            }],
+        )
+        .unwrap();
+        let y = o2.add_function("y", 0x2000, 0x10).unwrap();
+        o2.set_lines(y, "z.js", &[LineRow { offset: 2, line: 1 }])
+            .unwrap();
+        o2.add_block(y, "blk", 1, 9, None).unwrap();
+        let live = |address, key| Some(LiveCheck { address, key });
+        encode_bundle(&[(&sample(), live(0x500, 1)), (&o2, live(0x508, 2))]).unwrap()
+    }
+
+    #[test]
+    fn a_bundle_reads_the_same_both_ways() {
+        let bytes = bundle();
+        let r = both(&bytes).expect("accepted");
+        assert_eq!(r.objects.len(), 2);
+        let names: Vec<&str> = r.all_functions().map(|f| f.name).collect();
+        assert_eq!(names, ["a", "b", "c", "z", "y"]);
+    }
+
+    #[test]
+    fn random_damage_is_refused_both_ways_or_read_the_same() {
+        let good = bundle();
+        // A fixed xorshift sequence: one to four bytes changed per payload.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut read = 0;
+        for _ in 0..20_000 {
+            let mut b = good.clone();
+            for _ in 0..=next() % 4 {
+                let i = (next() % b.len() as u64) as usize;
+                b[i] = next() as u8;
+            }
+            read += usize::from(both(&b).is_some());
+        }
+        // Damage that keeps the payload valid (a name's letter, a line number) is read.
+        assert!(read > 1000, "{read} damaged payloads read");
+    }
+
     #[test]
     fn every_damaged_payload_is_refused_both_ways_or_read_the_same() {
         let bytes = encode(&sample(), None).unwrap();
