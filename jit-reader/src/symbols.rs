@@ -1,5 +1,6 @@
-//! Symbol tables for GDB, built from decoded payload objects as plain data first (a [`Plan`])
-//! and only then handed to GDB's callbacks, so the shaping rules are unit-tested here.
+//! Symbol tables for GDB, built from a payload's functions ([`Records`]) as plain data first
+//! (a [`Plan`]) and only then handed to GDB's callbacks, so the shaping rules are
+//! unit-tested here.
 //!
 //! Rules, from how GDB's JIT symbol callbacks work:
 //! - One symtab per source file (a symtab has one file name) and run of adjacent functions;
