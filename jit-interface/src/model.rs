@@ -5,8 +5,7 @@
 //! Every setter validates its input: a model that exists is one that can be encoded (except
 //! for format-specific limits, checked by the encoders).
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 
@@ -257,19 +256,47 @@ pub struct Variable {
     pub location: Location,
 }
 
-/// One JIT-compiled function.
+/// One JIT-compiled function, as seen through its object: a cheap copyable view.
 ///
-/// Kept small (a runtime builds many of them, an object holds them in one vector): boxed
-/// slices rather than vectors, and the rarely used blocks and variables behind one pointer.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Function {
-    name: Box<str>,
+/// An object keeps the names of all its functions in one string and their line rows in one
+/// vector (a runtime adds many functions to an object: adding one then allocates nothing,
+/// amortised), so a function's name and rows are borrowed from the object.
+#[derive(Clone, Copy)]
+pub struct Function<'a> {
+    object: &'a JitObject,
+    entry: &'a Entry,
+}
+
+/// Where a name or a function's rows sit in its object's shared storage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    at: usize,
+    len: u32,
+}
+
+impl Span {
+    fn range(self) -> std::ops::Range<usize> {
+        self.at..self.end()
+    }
+    fn end(self) -> usize {
+        self.at + self.len as usize
+    }
+}
+
+/// `Entry::file` of a function without line rows.
+const NO_FILE: usize = usize::MAX;
+
+/// What an object stores for each function besides its share of the object's storage.
+#[derive(Debug, Clone)]
+struct Entry {
     start: u64,
     size: u32,
-    /// Shared with the other functions of the object that use the same file (most objects
-    /// use one), so that setting lines allocates no copy of the name per function.
-    file: Option<Arc<str>>,
-    lines: Box<[LineRow]>,
+    /// Index into `JitObject::files`, or `NO_FILE`.
+    file: usize,
+    /// In `JitObject::text`.
+    name: Span,
+    /// In `JitObject::rows`.
+    lines: Span,
     frame: Frame,
     /// `None` while the function has neither blocks nor variables (never an empty box, so
     /// that equality does not depend on how a function was built).
@@ -283,72 +310,180 @@ struct Extras {
     variables: Vec<Variable>,
 }
 
-impl std::fmt::Debug for Function {
+impl std::fmt::Debug for Function<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Function")
-            .field("name", &self.name)
-            .field("start", &self.start)
-            .field("size", &self.size)
-            .field("file", &self.file)
-            .field("lines", &self.lines)
-            .field("frame", &self.frame)
+            .field("name", &self.name())
+            .field("start", &self.start())
+            .field("size", &self.size())
+            .field("file", &self.file())
+            .field("lines", &self.lines())
+            .field("frame", &self.frame())
             .field("blocks", &self.blocks())
             .field("variables", &self.variables())
             .finish()
     }
 }
 
-impl Function {
-    /// The function's (symbol) name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-    /// Address of the first instruction.
-    pub fn start(&self) -> u64 {
-        self.start
-    }
-    /// Size of the code in bytes.
-    pub fn size(&self) -> u32 {
-        self.size
-    }
-    /// One past the last byte of code.
-    pub fn end(&self) -> u64 {
-        self.start + u64::from(self.size)
-    }
-    /// Source file of the line rows, if any were set.
-    pub fn file(&self) -> Option<&str> {
-        self.file.as_deref()
-    }
-    /// Line rows, sorted by offset.
-    pub fn lines(&self) -> &[LineRow] {
-        &self.lines
-    }
-    /// The frame description.
-    pub fn frame(&self) -> &Frame {
-        &self.frame
-    }
-    /// Nested blocks; a block's parent comes before it.
-    pub fn blocks(&self) -> &[Block] {
-        self.extras.as_ref().map_or(&[], |e| &e.blocks)
-    }
-    /// Parameters and locals.
-    pub fn variables(&self) -> &[Variable] {
-        self.extras.as_ref().map_or(&[], |e| &e.variables)
-    }
-    fn extras_mut(&mut self) -> &mut Extras {
-        self.extras.get_or_insert_with(Box::default)
-    }
-    /// Does the function contain `addr`?
-    pub fn contains(&self, addr: u64) -> bool {
-        addr >= self.start && addr < self.end()
+/// Functions are equal if everything they describe is (wherever their objects keep it).
+impl PartialEq for Function<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.start() == other.start()
+            && self.size() == other.size()
+            && self.name() == other.name()
+            && self.file() == other.file()
+            && self.lines() == other.lines()
+            && self.frame() == other.frame()
+            && self.entry.extras == other.entry.extras
     }
 }
 
-thread_local! {
-    /// The file name this thread gave `set_lines` last and did not find in the object: see
-    /// `JitObject::shared_file`.
-    static LAST_FILE: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+impl Eq for Function<'_> {}
+
+impl std::hash::Hash for Function<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+        self.start().hash(state);
+        self.size().hash(state);
+        self.file().hash(state);
+        self.lines().hash(state);
+        self.frame().hash(state);
+        self.entry.extras.hash(state);
+    }
 }
+
+impl<'a> Function<'a> {
+    /// The function's (symbol) name.
+    pub fn name(&self) -> &'a str {
+        &self.object.text[self.entry.name.range()]
+    }
+    /// Address of the first instruction.
+    pub fn start(&self) -> u64 {
+        self.entry.start
+    }
+    /// Size of the code in bytes.
+    pub fn size(&self) -> u32 {
+        self.entry.size
+    }
+    /// One past the last byte of code.
+    pub fn end(&self) -> u64 {
+        self.entry.start + u64::from(self.entry.size)
+    }
+    /// Source file of the line rows, if any were set.
+    pub fn file(&self) -> Option<&'a str> {
+        let span = self.object.files.get(self.entry.file)?;
+        Some(&self.object.text[span.range()])
+    }
+    /// Index of the source file among the object's files (`JitObject::file_count`), if any:
+    /// the same for every function of the object with the same file.
+    pub(crate) fn file_index(&self) -> Option<usize> {
+        (self.entry.file != NO_FILE).then_some(self.entry.file)
+    }
+    /// Line rows, sorted by offset.
+    pub fn lines(&self) -> &'a [LineRow] {
+        &self.object.rows[self.entry.lines.range()]
+    }
+    /// The frame description.
+    pub fn frame(&self) -> &'a Frame {
+        &self.entry.frame
+    }
+    /// Nested blocks; a block's parent comes before it.
+    pub fn blocks(&self) -> &'a [Block] {
+        self.entry.extras.as_ref().map_or(&[], |e| &e.blocks)
+    }
+    /// Parameters and locals.
+    pub fn variables(&self) -> &'a [Variable] {
+        self.entry.extras.as_ref().map_or(&[], |e| &e.variables)
+    }
+    /// Does the function contain `addr`?
+    pub fn contains(&self, addr: u64) -> bool {
+        addr >= self.start() && addr < self.end()
+    }
+}
+
+/// The functions of a [`JitObject`], in the order they were added: a view that indexes
+/// ([`Functions::get`]) and iterates like a slice.
+#[derive(Clone, Copy)]
+pub struct Functions<'a> {
+    object: &'a JitObject,
+}
+
+impl<'a> Functions<'a> {
+    /// Number of functions.
+    pub fn len(&self) -> usize {
+        self.object.entries.len()
+    }
+    /// Does the object have no function?
+    pub fn is_empty(&self) -> bool {
+        self.object.entries.is_empty()
+    }
+    /// Function `f`, if the object has it.
+    pub fn get(&self, f: FunctionId) -> Option<Function<'a>> {
+        let entry = self.object.entries.get(f)?;
+        Some(Function {
+            object: self.object,
+            entry,
+        })
+    }
+    /// The first function added.
+    pub fn first(&self) -> Option<Function<'a>> {
+        self.get(0)
+    }
+    /// The functions in the order they were added.
+    pub fn iter(&self) -> FunctionIter<'a> {
+        FunctionIter {
+            object: self.object,
+            entries: self.object.entries.iter(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Functions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for Functions<'a> {
+    type Item = Function<'a>;
+    type IntoIter = FunctionIter<'a>;
+    fn into_iter(self) -> FunctionIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the functions of an object ([`Functions::iter`]).
+#[derive(Clone)]
+pub struct FunctionIter<'a> {
+    object: &'a JitObject,
+    entries: std::slice::Iter<'a, Entry>,
+}
+
+impl<'a> Iterator for FunctionIter<'a> {
+    type Item = Function<'a>;
+    fn next(&mut self) -> Option<Function<'a>> {
+        let entry = self.entries.next()?;
+        Some(Function {
+            object: self.object,
+            entry,
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.entries.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for FunctionIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let entry = self.entries.next_back()?;
+        Some(Function {
+            object: self.object,
+            entry,
+        })
+    }
+}
+
+impl ExactSizeIterator for FunctionIter<'_> {}
 
 /// Checks a name (function, block, variable or file): non-empty, no NUL.
 fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
@@ -477,10 +612,60 @@ pub(crate) fn check_unwind_rows(rows: &[UnwindRow], size: u32) -> std::result::R
 }
 
 /// A batch of JIT-compiled functions that becomes one debugger entry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// The names of the functions and files are kept back to back in one string and the line
+/// rows of all functions in one vector, so that adding a function allocates nothing,
+/// amortised. Replacing the rows of a function other than the last leaves its old rows
+/// unused in the object until the object is dropped.
+#[derive(Clone)]
 pub struct JitObject {
     arch: Arch,
-    functions: Vec<Function>,
+    entries: Vec<Entry>,
+    /// Function and file names, back to back.
+    text: String,
+    /// Line rows of all functions.
+    rows: Vec<LineRow>,
+    /// Distinct source file names (in `text`), in order of first use by `set_lines`.
+    files: Vec<Span>,
+    /// Index of every file, once there are more than `SCAN_FILES`.
+    file_index: Option<HashMap<Box<str>, usize>>,
+    /// The file `set_lines` used last: most runtimes give one file to many functions in a
+    /// row.
+    last_file: usize,
+}
+
+/// Files found by scanning; beyond, a hash map finds them.
+const SCAN_FILES: usize = 8;
+
+impl std::fmt::Debug for JitObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JitObject")
+            .field("arch", &self.arch)
+            .field("functions", &self.functions())
+            .finish()
+    }
+}
+
+/// Objects are equal if they describe the same functions in the same order (however their
+/// storage was filled).
+impl PartialEq for JitObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.arch == other.arch
+            && self.entries.len() == other.entries.len()
+            && self.functions().iter().eq(other.functions().iter())
+    }
+}
+
+impl Eq for JitObject {}
+
+impl std::hash::Hash for JitObject {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.arch.hash(state);
+        self.entries.len().hash(state);
+        for f in self.functions() {
+            f.hash(state);
+        }
+    }
 }
 
 impl Default for JitObject {
@@ -502,7 +687,12 @@ impl JitObject {
     pub fn with_arch(arch: Arch) -> JitObject {
         JitObject {
             arch,
-            functions: Vec::new(),
+            entries: Vec::new(),
+            text: String::new(),
+            rows: Vec::new(),
+            files: Vec::new(),
+            file_index: None,
+            last_file: 0,
         }
     }
 
@@ -512,12 +702,50 @@ impl JitObject {
     }
 
     /// The functions, in the order they were added.
-    pub fn functions(&self) -> &[Function] {
-        &self.functions
+    pub fn functions(&self) -> Functions<'_> {
+        Functions { object: self }
     }
 
-    fn function_mut(&mut self, f: FunctionId) -> Result<&mut Function> {
-        self.functions.get_mut(f).ok_or(Error::NoSuchFunction(f))
+    /// Number of distinct source files of the object's functions (a bound on
+    /// `Function::file_index`).
+    pub(crate) fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Bytes of names and number of line rows the object stores (at least those of its
+    /// functions): what an encoder's output is roughly proportional to.
+    pub(crate) fn stored_sizes(&self) -> (usize, usize) {
+        (self.text.len(), self.rows.len())
+    }
+
+    fn entry(&self, f: FunctionId) -> Result<&Entry> {
+        self.entries.get(f).ok_or(Error::NoSuchFunction(f))
+    }
+
+    fn name_of(&self, e: &Entry) -> &str {
+        &self.text[e.name.range()]
+    }
+
+    /// The error for bad rows (or blocks) of function `f`.
+    fn bad_rows(&self, f: FunctionId, why: String) -> Error {
+        Error::BadRows {
+            function: self.name_of(&self.entries[f]).to_string(),
+            why,
+        }
+    }
+
+    /// Appends `s` to the text; `what` names it in the error if it is too long.
+    fn push_text(&mut self, s: &str, what: impl FnOnce() -> String) -> Result<Span> {
+        let len = u32::try_from(s.len()).map_err(|_| {
+            Error::TooLarge(format!(
+                "{} is {} bytes long; at most 4 GiB",
+                what(),
+                s.len()
+            ))
+        })?;
+        let at = self.text.len();
+        self.text.push_str(s);
+        Ok(Span { at, len })
     }
 
     /// Adds a function occupying `[start, start + size)` and returns its index. Overlaps
@@ -536,68 +764,98 @@ impl JitObject {
                 "function `{name}` has {size} bytes; at most 4 GiB per function"
             ))
         })?;
-        self.functions.push(Function {
-            name: name.into(),
+        let name = self.push_text(name, || "a function name".into())?;
+        self.entries.push(Entry {
             start,
             size,
-            file: None,
-            lines: Box::default(),
+            file: NO_FILE,
+            name,
+            lines: Span::default(),
             frame: Frame::Default,
             extras: None,
         });
-        Ok(self.functions.len() - 1)
+        Ok(self.entries.len() - 1)
     }
 
     /// Sets the source file and line rows of function `f` (replacing earlier ones).
     /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
-        check_text("the file name", file).map_err(Error::BadFileName)?;
-        let func = self.function_mut(f)?;
-        if let Err(why) = check_line_rows(rows, func.size) {
-            return Err(Error::BadRows {
-                function: func.name.to_string(),
-                why,
-            });
+        // A file the object has is known to be a good name.
+        let known = self.find_file(file);
+        if known.is_none() {
+            check_text("the file name", file).map_err(Error::BadFileName)?;
         }
-        let file = self.shared_file(f, file);
-        let func = &mut self.functions[f];
-        func.file = Some(file);
-        func.lines = rows.into();
+        let e = self.entry(f)?;
+        if let Err(why) = check_line_rows(rows, e.size) {
+            return Err(self.bad_rows(f, why));
+        }
+        let len = u32::try_from(rows.len())
+            .map_err(|_| self.bad_rows(f, format!("{} line rows; at most 2^32 - 1", rows.len())))?;
+        // Rows replacing the last rows stored take their place.
+        let old = e.lines;
+        if old.len > 0 && old.end() == self.rows.len() {
+            self.rows.truncate(old.at);
+        }
+        let file = match known {
+            Some(i) => i,
+            None => self.add_file(file)?,
+        };
+        self.last_file = file;
+        let at = self.rows.len();
+        self.rows.extend_from_slice(rows);
+        let e = &mut self.entries[f];
+        e.file = file;
+        e.lines = Span { at, len };
         Ok(())
     }
 
-    /// `file` as a shared name: most objects use one file or a few, and a runtime that
-    /// registers functions one per object uses the same files again and again, so the name
-    /// of a recently added function of this object, or else the name this thread used
-    /// last, almost always matches (a miss only costs a copy).
-    fn shared_file(&self, f: FunctionId, file: &str) -> Arc<str> {
-        let own = self.functions.get(f).and_then(|g| g.file.as_ref());
-        let recent = self
-            .functions
-            .iter()
-            .rev()
-            .take(4)
-            .filter_map(|g| g.file.as_ref());
-        if let Some(name) = own.into_iter().chain(recent).find(|name| ***name == *file) {
-            return name.clone();
-        }
-        LAST_FILE.with(|last| {
-            let mut last = last.borrow_mut();
-            match &*last {
-                Some(name) if **name == *file => name.clone(),
-                _ => last.insert(Arc::from(file)).clone(),
+    /// Index of `file` among the object's files, if it is one of them.
+    #[inline]
+    fn find_file(&self, file: &str) -> Option<usize> {
+        let name = |s: Span| &self.text[s.range()];
+        if let Some(&s) = self.files.get(self.last_file) {
+            if name(s) == file {
+                return Some(self.last_file);
             }
-        })
+        }
+        match &self.file_index {
+            Some(index) => index.get(file).copied(),
+            None => self.files.iter().position(|&s| name(s) == file),
+        }
+    }
+
+    /// Adds `file` (not one of the object's files yet) to the files; returns its index.
+    fn add_file(&mut self, file: &str) -> Result<usize> {
+        let span = self.push_text(file, || "a file name".into())?;
+        let i = self.files.len();
+        self.files.push(span);
+        self.index_file(file, i);
+        Ok(i)
+    }
+
+    /// Enters `file`, file `i`, in the index once there are too many files to scan.
+    fn index_file(&mut self, file: &str, i: usize) {
+        if self.files.len() <= SCAN_FILES {
+            return;
+        }
+        let (text, files) = (&self.text, &self.files);
+        let index = self.file_index.get_or_insert_with(|| {
+            files
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (Box::from(&text[s.range()]), i))
+                .collect()
+        });
+        index.insert(file.into(), i);
     }
 
     /// Sets explicit frame-description rows for function `f`.
     pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
-        let func = self.function_mut(f)?;
-        check_unwind_rows(rows, func.size).map_err(|why| Error::BadRows {
-            function: func.name.to_string(),
-            why,
-        })?;
-        func.frame = Frame::Rows(rows.to_vec());
+        let e = self.entry(f)?;
+        if let Err(why) = check_unwind_rows(rows, e.size) {
+            return Err(self.bad_rows(f, why));
+        }
+        self.entries[f].frame = Frame::Rows(rows.to_vec());
         Ok(())
     }
 
@@ -609,17 +867,16 @@ impl JitObject {
         push_end: u32,
         setup_end: u32,
     ) -> Result<()> {
-        let func = self.function_mut(f)?;
-        if push_end == 0 || setup_end < push_end || setup_end >= func.size {
-            return Err(Error::BadRows {
-                function: func.name.to_string(),
-                why: format!(
-                    "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({})",
-                    func.size
+        let size = self.entry(f)?.size;
+        if push_end == 0 || setup_end < push_end || setup_end >= size {
+            return Err(self.bad_rows(
+                f,
+                format!(
+                    "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({size})"
                 ),
-            });
+            ));
         }
-        func.frame = Frame::FramePointer {
+        self.entries[f].frame = Frame::FramePointer {
             push_end,
             setup_end,
             epilogues: Vec::new(),
@@ -630,33 +887,31 @@ impl JitObject {
     /// Adds an epilogue to a frame-pointer function (after [`Self::set_frame_pointer`]):
     /// `restore_end` just after `pop rbp` / `leave`, `ret_end` just after the `ret`.
     pub fn add_epilogue(&mut self, f: FunctionId, restore_end: u32, ret_end: u32) -> Result<()> {
-        let func = self.function_mut(f)?;
-        let name = func.name.to_string();
-        let size = func.size;
-        let bad = |why: String| Error::BadRows {
-            function: name.clone(),
-            why,
-        };
+        let e = self.entry(f)?;
+        let size = e.size;
         let Frame::FramePointer {
             setup_end,
             epilogues,
             ..
-        } = &mut func.frame
+        } = &e.frame
         else {
-            return Err(bad(
+            return Err(self.bad_rows(
+                f,
                 "an epilogue needs a frame-pointer description first (set_frame_pointer)".into(),
             ));
         };
         let after = epilogues.last().map_or(*setup_end, |e| e.ret_end);
         if restore_end <= after || ret_end <= restore_end || ret_end > size {
-            return Err(bad(format!(
+            return Err(self.bad_rows(f, format!(
                 "epilogue restore_end {restore_end}, ret_end {ret_end} must satisfy {after} < restore_end < ret_end <= size ({size}), in address order"
             )));
         }
-        epilogues.push(Epilogue {
-            restore_end,
-            ret_end,
-        });
+        if let Frame::FramePointer { epilogues, .. } = &mut self.entries[f].frame {
+            epilogues.push(Epilogue {
+                restore_end,
+                ret_end,
+            });
+        }
         Ok(())
     }
 
@@ -671,34 +926,41 @@ impl JitObject {
         end: u32,
         parent: Option<u32>,
     ) -> Result<u32> {
-        let func = self.function_mut(f)?;
-        let bad = |why: String| Error::BadRows {
-            function: func.name.to_string(),
-            why,
+        let e = self.entry(f)?;
+        let func = Function {
+            object: self,
+            entry: e,
         };
-        check_text("the block name", name).map_err(&bad)?;
-        if start >= end || end > func.size {
-            return Err(bad(format!(
-                "block `{name}` [{start}, {end}) must be non-empty and inside the function (size {})",
-                func.size
-            )));
+        check_text("the block name", name).map_err(|why| self.bad_rows(f, why))?;
+        if start >= end || end > e.size {
+            return Err(self.bad_rows(
+                f,
+                format!(
+                    "block `{name}` [{start}, {end}) must be non-empty and inside the function (size {})",
+                    e.size
+                ),
+            ));
         }
         if let Some(p) = parent {
             let Some(pb) = func.blocks().get(p as usize) else {
-                return Err(bad(format!(
-                    "block `{name}`: parent block {p} does not exist"
-                )));
+                return Err(self.bad_rows(
+                    f,
+                    format!("block `{name}`: parent block {p} does not exist"),
+                ));
             };
             if start < pb.start || end > pb.end {
-                return Err(bad(format!(
-                    "block `{name}` [{start}, {end}) is not inside its parent `{}` [{}, {})",
-                    pb.name, pb.start, pb.end
-                )));
+                return Err(self.bad_rows(
+                    f,
+                    format!(
+                        "block `{name}` [{start}, {end}) is not inside its parent `{}` [{}, {})",
+                        pb.name, pb.start, pb.end
+                    ),
+                ));
             }
         }
         let index = u32::try_from(func.blocks().len())
             .map_err(|_| Error::TooLarge("more than 2^32 blocks".into()))?;
-        func.extras_mut().blocks.push(Block {
+        self.extras_mut(f).blocks.push(Block {
             name: name.into(),
             start,
             end,
@@ -709,12 +971,12 @@ impl JitObject {
 
     /// Adds a parameter or local variable to function `f` (ELF payloads only).
     pub fn add_variable(&mut self, f: FunctionId, var: Variable) -> Result<()> {
-        let func = self.function_mut(f)?;
+        let e = self.entry(f)?;
         let bad = |why: String| Error::BadVariable {
-            function: func.name.to_string(),
+            function: self.name_of(e).to_string(),
             why,
         };
-        check_text("the variable name", &var.name).map_err(&bad)?;
+        check_text("the variable name", &var.name).map_err(bad)?;
         if let Location::Register(r) = var.location {
             if r > 127 {
                 return Err(bad(format!(
@@ -723,29 +985,36 @@ impl JitObject {
                 )));
             }
         }
-        func.extras_mut().variables.push(var);
+        self.extras_mut(f).variables.push(var);
         Ok(())
+    }
+
+    /// The extras of function `f` (which exists), created if it had none.
+    fn extras_mut(&mut self, f: FunctionId) -> &mut Extras {
+        self.entries[f].extras.get_or_insert_with(Box::default)
     }
 
     /// Checks what can only be checked on the whole object: it has functions, they do not
     /// overlap. Encoders call this.
     pub fn validate(&self) -> Result<()> {
-        if self.functions.is_empty() {
+        let entries = &self.entries;
+        if entries.is_empty() {
             return Err(Error::EmptyObject);
         }
         // Runtimes usually add functions in address order: then one pass proves that none
         // overlap (each starts at or after the end of the one before, so ends increase too).
-        if self.functions.windows(2).all(|w| w[1].start >= w[0].end()) {
+        let end = |e: &Entry| e.start + u64::from(e.size);
+        if entries.windows(2).all(|w| w[1].start >= end(&w[0])) {
             return Ok(());
         }
-        let mut order: Vec<usize> = (0..self.functions.len()).collect();
-        order.sort_by_key(|&i| self.functions[i].start);
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by_key(|&i| entries[i].start);
         for w in order.windows(2) {
-            let (a, b) = (&self.functions[w[0]], &self.functions[w[1]]);
-            if b.start < a.end() {
+            let (a, b) = (&entries[w[0]], &entries[w[1]]);
+            if b.start < end(a) {
                 return Err(Error::Overlap {
-                    first: a.name.to_string(),
-                    second: b.name.to_string(),
+                    first: self.name_of(a).to_string(),
+                    second: self.name_of(b).to_string(),
                 });
             }
         }
@@ -760,19 +1029,54 @@ impl JitObject {
         arch: Arch,
         objects: impl IntoIterator<Item = &'a JitObject>,
     ) -> JitObject {
-        JitObject {
-            arch,
-            functions: objects
-                .into_iter()
-                .flat_map(|o| o.functions.iter().cloned())
-                .collect(),
+        let mut out = JitObject::with_arch(arch);
+        for o in objects {
+            // The storage is copied whole and the entries shifted to their new place.
+            let text_at = out.text.len();
+            let rows_at = out.rows.len();
+            out.text.push_str(&o.text);
+            out.rows.extend_from_slice(&o.rows);
+            let files: Vec<usize> = o
+                .files
+                .iter()
+                .map(|&s| {
+                    let name = &o.text[s.range()];
+                    out.find_file(name).unwrap_or_else(|| {
+                        // The name is in the copied text already: share it.
+                        let i = out.files.len();
+                        out.files.push(Span {
+                            at: text_at + s.at,
+                            ..s
+                        });
+                        out.index_file(name, i);
+                        i
+                    })
+                })
+                .collect();
+            out.entries.extend(o.entries.iter().map(|e| Entry {
+                name: Span {
+                    at: text_at + e.name.at,
+                    ..e.name
+                },
+                lines: Span {
+                    at: rows_at + e.lines.at,
+                    ..e.lines
+                },
+                file: files.get(e.file).copied().unwrap_or(NO_FILE),
+                ..e.clone()
+            }));
         }
+        out
     }
 
     /// Lowest start and highest end over all functions (`None` if empty).
     pub fn address_range(&self) -> Option<(u64, u64)> {
-        let lo = self.functions.iter().map(|f| f.start).min()?;
-        let hi = self.functions.iter().map(|f| f.end()).max()?;
+        let lo = self.entries.iter().map(|e| e.start).min()?;
+        let hi = self
+            .entries
+            .iter()
+            .map(|e| e.start + u64::from(e.size))
+            .max()?;
         Some((lo, hi))
     }
 }
@@ -869,7 +1173,7 @@ mod tests {
             o.set_lines(f, file, &rows).unwrap();
         }
         fn file(o: &JitObject, i: usize) -> &str {
-            o.functions()[i].file().unwrap()
+            o.functions().get(i).unwrap().file().unwrap()
         }
         assert_eq!(
             (0..5).map(|i| file(&o, i)).collect::<Vec<_>>(),
@@ -888,7 +1192,7 @@ mod tests {
         let bad = [LineRow { offset: 0, line: 0 }];
         assert!(o.set_lines(1, "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
-        assert_eq!(o.functions()[1].lines(), rows);
+        assert_eq!(o.functions().get(1).unwrap().lines(), rows);
     }
 
     #[test]
@@ -912,7 +1216,7 @@ mod tests {
         o.set_frame_pointer(f, 1, 4).unwrap();
         o.add_epilogue(f, 10, 11).unwrap();
         o.add_epilogue(f, 18, 19).unwrap();
-        let rows = o.functions()[f].frame().rows(Arch::X86_64, 20);
+        let rows = o.functions().get(f).unwrap().frame().rows(Arch::X86_64, 20);
         let offs: Vec<u32> = rows.iter().map(|r| r.offset).collect();
         assert_eq!(offs, vec![0, 1, 4, 10, 11, 18, 19]);
         check_unwind_rows(&rows, 20).unwrap();

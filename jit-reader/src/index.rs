@@ -106,23 +106,28 @@ impl Table {
         let mut objects = Vec::with_capacity(decoded.len());
         // The function appended last, whose rows the next one may share (also across
         // objects: a bundle of one-function objects).
-        let mut prev: Option<&Function> = None;
+        let mut prev: Option<Function> = None;
         for d in decoded {
             let arch = d.object.arch();
             let lo = funcs.len();
             let fns = d.object.functions();
             // Address order; the permutation is only built when needed.
-            let order: Option<Vec<usize>> = (!fns.windows(2).all(|w| w[0].start() <= w[1].start()))
-                .then(|| {
-                    let mut v: Vec<usize> = (0..fns.len()).collect();
-                    v.sort_by_key(|&j| fns[j].start());
-                    v
-                });
+            let sorted = fns
+                .iter()
+                .zip(fns.iter().skip(1))
+                .all(|(a, b)| a.start() <= b.start());
+            let order: Option<Vec<Function>> = (!sorted).then(|| {
+                let mut v: Vec<Function> = fns.iter().collect();
+                v.sort_by_key(|f| f.start());
+                v
+            });
             if objects.last().is_some_and(|o: &Entry| o.arch != arch) {
                 prev = None;
             }
             for j in 0..fns.len() {
-                let f = &fns[order.as_ref().map_or(j, |v| v[j])];
+                let Some(f) = order.as_ref().map_or(fns.get(j), |v| v.get(j).copied()) else {
+                    continue;
+                };
                 let last = funcs.last().zip(prev);
                 if let Some(rec) = fn_rec(f, arch, &mut names, &mut rows, last) {
                     funcs.push(rec);
@@ -153,11 +158,11 @@ impl Table {
 /// indexed. `prev` is the function appended before, with its record: rows equal to its
 /// rows are shared, not stored again.
 fn fn_rec(
-    f: &Function,
+    f: Function,
     arch: Arch,
     names: &mut String,
     rows: &mut Vec<UnwindRow>,
-    prev: Option<(&FnRec, &Function)>,
+    prev: Option<(&FnRec, Function)>,
 ) -> Option<FnRec> {
     let end = f.start().checked_add(u64::from(f.size()))?;
     if end <= f.start() {

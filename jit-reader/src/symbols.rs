@@ -187,7 +187,7 @@ pub fn drop_tombstones(decoded: &mut Vec<Decoded>, mem: &dyn Memory) -> Vec<Tomb
 /// Builds the symbol tables of a payload's objects. Errors name the first problem found
 /// (the decoder validates; this guards what GDB would be given all the same).
 pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
-    let mut by_file: BTreeMap<Option<&str>, Vec<&Function>> = BTreeMap::new();
+    let mut by_file: BTreeMap<Option<&str>, Vec<Function>> = BTreeMap::new();
     let mut total = 0;
     for d in decoded {
         total += d.object.functions().len();
@@ -247,7 +247,7 @@ fn range(f: &Function) -> Result<(u64, u64), String> {
 }
 
 /// Appends the blocks of a run of functions (sorted by start) in GDB's order.
-fn blocks(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
+fn blocks(p: &mut Plan, fns: &[Function]) -> Result<(), String> {
     let disjoint = fns.windows(2).all(|w| w[0].end() <= w[1].start());
     if disjoint && fns.iter().all(|f| f.blocks().is_empty()) {
         // Already in GDB's order: one block per function, by address.
@@ -338,7 +338,7 @@ fn line_row(f: &Function, i: usize, offset: u32, line: u32) -> Result<(u64, i32)
 }
 
 /// Appends the line table of a run of functions (sorted by start).
-fn lines(p: &mut Plan, fns: &[&Function]) -> Result<(), String> {
+fn lines(p: &mut Plan, fns: &[Function]) -> Result<(), String> {
     let l0 = p.lines.len();
     let in_order = fns.windows(2).all(|w| w[0].end() <= w[1].start())
         && fns
@@ -624,7 +624,10 @@ mod tests {
             with_slot("gone_e", 0x1050, Some((0x9000, 15))),
         ];
         let gone = drop_tombstones(&mut d, &mem);
-        let kept: Vec<&str> = d.iter().map(|d| d.object.functions()[0].name()).collect();
+        let kept: Vec<&str> = d
+            .iter()
+            .map(|d| d.object.functions().get(0).unwrap().name())
+            .collect();
         assert_eq!(kept, ["live_a", "live_c", "no_slot", "unreadable"]);
         let gone: Vec<(&str, usize, u64, u64)> = gone
             .iter()

@@ -99,7 +99,7 @@ struct Rows<'f> {
 }
 
 impl<'f> Rows<'f> {
-    fn of<'a>(&'a mut self, arch: Arch, f: &'f Function) -> Result<&'a [UnwindRow]>
+    fn of<'a>(&'a mut self, arch: Arch, f: Function<'f>) -> Result<&'a [UnwindRow]>
     where
         'f: 'a,
     {
@@ -134,7 +134,7 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
 }
 
 /// Encodes the `.debug_frame` section for `functions` (in address order).
-pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>> {
+pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>> {
     // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
     let mut out = Vec::with_capacity(32 + functions.len() * 16 + functions.len() / 2);
 
@@ -164,7 +164,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>
     let mut first_rows: Vec<UnwindRow> = Vec::new();
     let mut open: Option<Fde> = None;
     let (mut step, mut reset) = (Vec::new(), Vec::new());
-    for f in functions {
+    for &f in functions {
         let rows = rows.of(arch, f)?;
         // Neighbours share an FDE (the padding between them, never executed, gets the
         // rules of the function before it) if their rules match the first function's.

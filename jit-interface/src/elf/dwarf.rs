@@ -275,7 +275,7 @@ fn compile_unit(
 
     let types = base_types(info, layout, unit, start)?;
     for &i in &unit.functions {
-        subprogram(info, layout.functions[i], name_offsets[i], &types)?;
+        subprogram(info, &layout.functions[i], name_offsets[i], &types)?;
     }
     info.out.u8(0);
     patch_length(&mut info.out, start, ".debug_info")

@@ -33,7 +33,7 @@ pub(super) struct Unit<'a> {
 #[derive(Debug)]
 pub(super) struct Layout<'a> {
     /// The object's functions in address order.
-    pub functions: Vec<&'a Function>,
+    pub functions: Vec<Function<'a>>,
     /// The `.text` run of each entry of `functions`.
     pub run_of: Vec<usize>,
     pub runs: Vec<Run>,
@@ -44,7 +44,7 @@ pub(super) struct Layout<'a> {
 impl<'a> Layout<'a> {
     /// Plans `object`, which must have passed [`JitObject::validate`] (non-empty, no overlap).
     pub fn new(object: &'a JitObject) -> Layout<'a> {
-        let mut functions: Vec<&Function> = object.functions().iter().collect();
+        let mut functions: Vec<Function> = object.functions().iter().collect();
         functions.sort_by_key(|f| f.start());
 
         let mut runs: Vec<Run> = Vec::new();
@@ -93,7 +93,7 @@ impl<'a> Layout<'a> {
 /// maximal groups of neighbouring functions: `[start, end)` address ranges. Two functions
 /// are neighbours if no other function of the object lies between them and the gap is at
 /// most [`MAX_PADDING`] (which then belongs to the range: it is never executed).
-pub(super) fn adjacent_ranges(functions: &[&Function], unit: &[usize]) -> Vec<(u64, u64)> {
+pub(super) fn adjacent_ranges(functions: &[Function], unit: &[usize]) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut prev: Option<usize> = None;
     for &i in unit {
@@ -109,7 +109,7 @@ pub(super) fn adjacent_ranges(functions: &[&Function], unit: &[usize]) -> Vec<(u
 
 /// Is `functions[next]` the function right after `functions[prev]`, at most
 /// [`MAX_PADDING`] bytes after its end?
-pub(super) fn neighbours(functions: &[&Function], prev: Option<usize>, next: usize) -> bool {
+pub(super) fn neighbours(functions: &[Function], prev: Option<usize>, next: usize) -> bool {
     prev.is_some_and(|p| {
         p + 1 == next && functions[next].start() - functions[p].end() <= MAX_PADDING
     })

@@ -175,9 +175,10 @@ fn function_body(
     let f = object
         .add_function(name, start, size)
         .map_err(|e| model_error(e, at))?;
-    // add_function checked that start + size does not overflow.
+    // add_function checked that start + size does not overflow and that size fits in 32
+    // bits.
     state.prev_end = start.wrapping_add(size);
-    let size = object.functions()[f].size();
+    let size = u32::try_from(size).unwrap_or(u32::MAX);
 
     let at = r.pos();
     let flags = r.u8("a function's flags")?;

@@ -150,7 +150,11 @@ fn round_trips_every_feature() {
     assert!(kinds.contains(&std::mem::discriminant(&Frame::Rows(vec![]))));
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let o = small_object(arch, 0x10_0000, &["x", "y", "z"]);
-        assert!(frame::is_canonical(o.functions()[0].frame(), arch, 48));
+        assert!(frame::is_canonical(
+            o.functions().get(0).unwrap().frame(),
+            arch,
+            48
+        ));
         let d = decode(&encode(&o, Some(LIVE)).unwrap()).unwrap();
         assert_eq!(d.object, o);
         assert_eq!(d.object.arch(), arch);
