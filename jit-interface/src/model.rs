@@ -5,6 +5,7 @@
 //! Every setter validates its input: a model that exists is one that can be encoded (except
 //! for format-specific limits, checked by the encoders).
 
+use std::cell::Cell;
 use std::collections::HashMap;
 
 use crate::error::{Error, Result};
@@ -267,24 +268,29 @@ pub struct Function<'a> {
     entry: &'a Entry,
 }
 
-/// Where a name or a function's rows sit in its object's shared storage.
+/// Where a name or a function's rows sit in its object's shared storage (32-bit: an
+/// object holds at most `MAX_STORED` bytes of names and rows of lines).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Span {
-    at: usize,
+    at: u32,
     len: u32,
 }
 
 impl Span {
     fn range(self) -> std::ops::Range<usize> {
-        self.at..self.end()
+        self.at as usize..self.end()
     }
     fn end(self) -> usize {
-        self.at + self.len as usize
+        self.at as usize + self.len as usize
     }
 }
 
-/// `Entry::file` of a function without line rows.
-const NO_FILE: usize = usize::MAX;
+/// Most bytes of names, and most line rows, one object stores.
+const MAX_STORED: usize = u32::MAX as usize;
+
+/// `Entry::file` of a function without line rows. Never a file's index: every file takes
+/// at least one of the at most `MAX_STORED` bytes of text.
+const NO_FILE: u32 = u32::MAX;
 
 /// What an object stores for each function besides its share of the object's storage.
 #[derive(Debug, Clone)]
@@ -292,7 +298,7 @@ struct Entry {
     start: u64,
     size: u32,
     /// Index into `JitObject::files`, or `NO_FILE`.
-    file: usize,
+    file: u32,
     /// In `JitObject::text`.
     name: Span,
     /// In `JitObject::rows`.
@@ -371,13 +377,13 @@ impl<'a> Function<'a> {
     }
     /// Source file of the line rows, if any were set.
     pub fn file(&self) -> Option<&'a str> {
-        let span = self.object.files.get(self.entry.file)?;
+        let span = self.object.files.get(self.entry.file as usize)?;
         Some(&self.object.text[span.range()])
     }
     /// Index of the source file among the object's files (`JitObject::file_count`), if any:
     /// the same for every function of the object with the same file.
     pub(crate) fn file_index(&self) -> Option<usize> {
-        (self.entry.file != NO_FILE).then_some(self.entry.file)
+        (self.entry.file != NO_FILE).then_some(self.entry.file as usize)
     }
     /// Line rows, sorted by offset.
     pub fn lines(&self) -> &'a [LineRow] {
@@ -504,17 +510,24 @@ fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
 fn has_nul(b: &[u8]) -> bool {
     const LOW: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut words = b.chunks_exact(8);
-    let mut any = 0;
-    for w in words.by_ref() {
+    // The high bit of a byte of the result is set if that byte of x is zero (or, only
+    // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
+    let zero_in = |w: &[u8]| {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(w);
         let x = u64::from_le_bytes(bytes);
-        // The high bit of a byte of the result is set if that byte of x is zero (or, only
-        // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
-        any |= x.wrapping_sub(LOW) & !x & HIGH;
+        x.wrapping_sub(LOW) & !x & HIGH
+    };
+    let Some(last) = b.len().checked_sub(8) else {
+        return b.iter().fold(false, |any, &c| any | (c == 0));
+    };
+    let mut any = 0;
+    for w in b.chunks_exact(8) {
+        any |= zero_in(w);
     }
-    any != 0 || words.remainder().contains(&0)
+    // The last eight bytes, overlapping the words before: they cover the rest.
+    any |= zero_in(&b[last..]);
+    any != 0
 }
 
 /// Validates line rows for a function of `size` bytes.
@@ -628,10 +641,57 @@ pub struct JitObject {
     /// Distinct source file names (in `text`), in order of first use by `set_lines`.
     files: Vec<Span>,
     /// Index of every file, once there are more than `SCAN_FILES`.
-    file_index: Option<HashMap<Box<str>, usize>>,
+    file_index: Option<HashMap<Box<str>, u32>>,
     /// The file `set_lines` used last: most runtimes give one file to many functions in a
     /// row.
-    last_file: usize,
+    last_file: u32,
+    /// Set by `merged` if the objects together hold more than `MAX_STORED` bytes of names
+    /// or line rows: `validate` refuses the object.
+    too_large: bool,
+}
+
+/// The emptied storage of an object, for the next object made on the same thread.
+#[derive(Default)]
+struct Storage {
+    entries: Vec<Entry>,
+    text: String,
+    rows: Vec<LineRow>,
+    files: Vec<Span>,
+}
+
+/// Most bytes of storage a dropped object leaves to the next: one huge object must not
+/// keep its memory after it is gone.
+const MAX_SPARE: usize = 1 << 20;
+
+thread_local! {
+    /// Storage of the object this thread dropped last. Runtimes build and register one
+    /// object after another: reusing its storage spares growing the next one again (copies
+    /// and fresh pages for every object).
+    static SPARE: Cell<Option<Storage>> = const { Cell::new(None) };
+}
+
+impl Drop for JitObject {
+    fn drop(&mut self) {
+        let bytes = self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.text.capacity()
+            + self.rows.capacity() * std::mem::size_of::<LineRow>()
+            + self.files.capacity() * std::mem::size_of::<Span>();
+        if bytes > MAX_SPARE {
+            return;
+        }
+        self.entries.clear();
+        self.text.clear();
+        self.rows.clear();
+        self.files.clear();
+        let storage = Storage {
+            entries: std::mem::take(&mut self.entries),
+            text: std::mem::take(&mut self.text),
+            rows: std::mem::take(&mut self.rows),
+            files: std::mem::take(&mut self.files),
+        };
+        // Nothing is kept by a thread that is exiting.
+        let _ = SPARE.try_with(|spare| spare.set(Some(storage)));
+    }
 }
 
 /// Files found by scanning; beyond, a hash map finds them.
@@ -685,14 +745,22 @@ impl JitObject {
 
     /// An empty object for `arch`.
     pub fn with_arch(arch: Arch) -> JitObject {
+        let spare = SPARE.try_with(Cell::take).ok().flatten();
+        let Storage {
+            entries,
+            text,
+            rows,
+            files,
+        } = spare.unwrap_or_default();
         JitObject {
             arch,
-            entries: Vec::new(),
-            text: String::new(),
-            rows: Vec::new(),
-            files: Vec::new(),
+            entries,
+            text,
+            rows,
+            files,
             file_index: None,
             last_file: 0,
+            too_large: false,
         }
     }
 
@@ -734,18 +802,20 @@ impl JitObject {
         }
     }
 
-    /// Appends `s` to the text; `what` names it in the error if it is too long.
-    fn push_text(&mut self, s: &str, what: impl FnOnce() -> String) -> Result<Span> {
-        let len = u32::try_from(s.len()).map_err(|_| {
-            Error::TooLarge(format!(
-                "{} is {} bytes long; at most 4 GiB",
-                what(),
-                s.len()
-            ))
-        })?;
+    /// Appends `s` to the text.
+    fn push_text(&mut self, s: &str) -> Result<Span> {
         let at = self.text.len();
+        if s.len() > MAX_STORED - at {
+            return Err(Error::TooLarge(format!(
+                "the names of one object take more than {MAX_STORED} bytes"
+            )));
+        }
         self.text.push_str(s);
-        Ok(Span { at, len })
+        // Both fit: at + len <= MAX_STORED.
+        Ok(Span {
+            at: at as u32,
+            len: s.len() as u32,
+        })
     }
 
     /// Adds a function occupying `[start, start + size)` and returns its index. Overlaps
@@ -764,7 +834,7 @@ impl JitObject {
                 "function `{name}` has {size} bytes; at most 4 GiB per function"
             ))
         })?;
-        let name = self.push_text(name, || "a function name".into())?;
+        let name = self.push_text(name)?;
         self.entries.push(Entry {
             start,
             size,
@@ -789,60 +859,73 @@ impl JitObject {
         if let Err(why) = check_line_rows(rows, e.size) {
             return Err(self.bad_rows(f, why));
         }
-        let len = u32::try_from(rows.len())
-            .map_err(|_| self.bad_rows(f, format!("{} line rows; at most 2^32 - 1", rows.len())))?;
         // Rows replacing the last rows stored take their place.
         let old = e.lines;
-        if old.len > 0 && old.end() == self.rows.len() {
-            self.rows.truncate(old.at);
+        let at = if old.len > 0 && old.end() == self.rows.len() {
+            old.at as usize
+        } else {
+            self.rows.len()
+        };
+        if rows.len() > MAX_STORED - at {
+            return Err(Error::TooLarge(format!(
+                "the line rows of one object number more than {MAX_STORED}"
+            )));
         }
         let file = match known {
             Some(i) => i,
             None => self.add_file(file)?,
         };
         self.last_file = file;
-        let at = self.rows.len();
+        self.rows.truncate(at);
         self.rows.extend_from_slice(rows);
         let e = &mut self.entries[f];
         e.file = file;
-        e.lines = Span { at, len };
+        // Both fit: at + len <= MAX_STORED.
+        e.lines = Span {
+            at: at as u32,
+            len: rows.len() as u32,
+        };
         Ok(())
     }
 
     /// Index of `file` among the object's files, if it is one of them.
     #[inline]
-    fn find_file(&self, file: &str) -> Option<usize> {
+    fn find_file(&self, file: &str) -> Option<u32> {
         let name = |s: Span| &self.text[s.range()];
-        if let Some(&s) = self.files.get(self.last_file) {
+        if let Some(&s) = self.files.get(self.last_file as usize) {
             if name(s) == file {
                 return Some(self.last_file);
             }
         }
         match &self.file_index {
             Some(index) => index.get(file).copied(),
-            None => self.files.iter().position(|&s| name(s) == file),
+            // At most `SCAN_FILES` files.
+            None => (0..)
+                .zip(&self.files)
+                .find(|&(_, &s)| name(s) == file)
+                .map(|(i, _)| i),
         }
     }
 
     /// Adds `file` (not one of the object's files yet) to the files; returns its index.
-    fn add_file(&mut self, file: &str) -> Result<usize> {
-        let span = self.push_text(file, || "a file name".into())?;
-        let i = self.files.len();
+    fn add_file(&mut self, file: &str) -> Result<u32> {
+        let span = self.push_text(file)?;
+        // Below NO_FILE: every file has bytes of text of its own.
+        let i = self.files.len() as u32;
         self.files.push(span);
         self.index_file(file, i);
         Ok(i)
     }
 
     /// Enters `file`, file `i`, in the index once there are too many files to scan.
-    fn index_file(&mut self, file: &str, i: usize) {
+    fn index_file(&mut self, file: &str, i: u32) {
         if self.files.len() <= SCAN_FILES {
             return;
         }
         let (text, files) = (&self.text, &self.files);
         let index = self.file_index.get_or_insert_with(|| {
-            files
-                .iter()
-                .enumerate()
+            (0..)
+                .zip(files)
                 .map(|(i, s)| (Box::from(&text[s.range()]), i))
                 .collect()
         });
@@ -1001,6 +1084,11 @@ impl JitObject {
         if entries.is_empty() {
             return Err(Error::EmptyObject);
         }
+        if self.too_large {
+            return Err(Error::TooLarge(format!(
+                "the objects merged into one hold more than {MAX_STORED} bytes of names or line rows"
+            )));
+        }
         // Runtimes usually add functions in address order: then one pass proves that none
         // overlap (each starts at or after the end of the one before, so ends increase too).
         let end = |e: &Entry| e.start + u64::from(e.size);
@@ -1032,18 +1120,23 @@ impl JitObject {
         let mut out = JitObject::with_arch(arch);
         for o in objects {
             // The storage is copied whole and the entries shifted to their new place.
-            let text_at = out.text.len();
-            let rows_at = out.rows.len();
+            let (text_at, rows_at) = (out.text.len(), out.rows.len());
+            if o.text.len() > MAX_STORED - text_at || o.rows.len() > MAX_STORED - rows_at {
+                out.too_large = true;
+                break;
+            }
             out.text.push_str(&o.text);
             out.rows.extend_from_slice(&o.rows);
-            let files: Vec<usize> = o
+            // Both fit in 32 bits, as does every offset into them.
+            let (text_at, rows_at) = (text_at as u32, rows_at as u32);
+            let files: Vec<u32> = o
                 .files
                 .iter()
                 .map(|&s| {
                     let name = &o.text[s.range()];
                     out.find_file(name).unwrap_or_else(|| {
                         // The name is in the copied text already: share it.
-                        let i = out.files.len();
+                        let i = out.files.len() as u32;
                         out.files.push(Span {
                             at: text_at + s.at,
                             ..s
@@ -1062,7 +1155,7 @@ impl JitObject {
                     at: rows_at + e.lines.at,
                     ..e.lines
                 },
-                file: files.get(e.file).copied().unwrap_or(NO_FILE),
+                file: files.get(e.file as usize).copied().unwrap_or(NO_FILE),
                 ..e.clone()
             }));
         }
@@ -1193,6 +1286,95 @@ mod tests {
         assert!(o.set_lines(1, "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
         assert_eq!(o.functions().get(1).unwrap().lines(), rows);
+    }
+
+    /// Builds `rows_of.len()` functions 16 bytes apart, function i with `rows_of[i]` (a line
+    /// number each, at offsets 0, 2, ...) in file `files[i]`.
+    fn object_with(rows_of: &[&[u32]], files: &[&str]) -> JitObject {
+        let mut o = JitObject::new();
+        for (i, lines) in rows_of.iter().enumerate() {
+            let f = o
+                .add_function(&format!("f{i}"), 0x1000 + 16 * i as u64, 16)
+                .unwrap();
+            let rows: Vec<LineRow> = (0..)
+                .zip(lines.iter())
+                .map(|(k, &line)| LineRow {
+                    offset: 2 * k,
+                    line,
+                })
+                .collect();
+            o.set_lines(f, files[i], &rows).unwrap();
+        }
+        o
+    }
+
+    #[test]
+    fn replacing_rows_and_reusing_storage_leave_objects_as_described() {
+        let want = object_with(&[&[5, 6], &[7], &[9, 10, 11]], &["a.js", "b.js", "a.js"]);
+        let row = |offset, line| LineRow { offset, line };
+        let mut o = JitObject::new();
+        let f0 = o.add_function("f0", 0x1000, 16).unwrap();
+        o.set_lines(f0, "x.js", &[row(0, 1), row(2, 2), row(4, 3)])
+            .unwrap();
+        // The last rows stored: replaced in place.
+        o.set_lines(f0, "c.js", &[row(0, 1)]).unwrap();
+        let f1 = o.add_function("f1", 0x1010, 16).unwrap();
+        o.set_lines(f1, "b.js", &[row(0, 7)]).unwrap();
+        let f2 = o.add_function("f2", 0x1020, 16).unwrap();
+        o.set_lines(f2, "a.js", &[row(0, 1)]).unwrap();
+        // Not the last rows: stored anew.
+        o.set_lines(f0, "a.js", &[row(0, 5), row(2, 6)]).unwrap();
+        o.set_lines(f2, "a.js", &[row(0, 9), row(2, 10), row(4, 11)])
+            .unwrap();
+        assert_eq!(o, want);
+        assert_eq!(format!("{o:?}"), format!("{want:?}"));
+        let hash = |o: &JitObject| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            o.hash(&mut h);
+            h.finish()
+        };
+        assert_eq!(hash(&o), hash(&want));
+        let f = o.functions().get(2).unwrap();
+        assert_eq!(
+            (f.name(), f.file(), f.lines().len()),
+            ("f2", Some("a.js"), 3)
+        );
+        // A dropped object's storage goes to the next object of this thread, empty.
+        drop(o);
+        let again = JitObject::new();
+        assert!(again.functions().is_empty());
+        assert_eq!(again, JitObject::new());
+        drop(again);
+        let rebuilt = object_with(&[&[5, 6], &[7], &[9, 10, 11]], &["a.js", "b.js", "a.js"]);
+        assert_eq!(rebuilt, want);
+        assert_eq!(rebuilt.file_count(), 2);
+    }
+
+    #[test]
+    fn many_files_are_found_again() {
+        let files: Vec<String> = (0..40).map(|i| format!("m{}.js", i % 20)).collect();
+        let names: Vec<&str> = files.iter().map(String::as_str).collect();
+        let rows: Vec<&[u32]> = vec![&[3]; 40];
+        let o = object_with(&rows, &names);
+        assert_eq!(o.file_count(), 20);
+        for (i, f) in o.functions().iter().enumerate() {
+            assert_eq!(f.file(), Some(names[i]));
+            assert_eq!(f.file_index(), Some(i % 20));
+        }
+    }
+
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn merged_objects_keep_every_function_and_share_files() {
+        let a = object_with(&[&[1, 2], &[3]], &["a.js", "b.js"]);
+        let b = object_with(&[&[4], &[5, 6, 7]], &["b.js", "c.js"]);
+        let m = JitObject::merged(Arch::HOST, [&a, &b]);
+        let all: Vec<_> = a.functions().iter().chain(b.functions().iter()).collect();
+        assert_eq!(m.functions().iter().collect::<Vec<_>>(), all);
+        assert_eq!(m.file_count(), 3);
+        let file_of = |o: &JitObject, i: usize| o.functions().get(i).unwrap().file_index();
+        assert_eq!(file_of(&m, 1), file_of(&m, 2), "b.js once");
     }
 
     #[test]
