@@ -526,6 +526,17 @@ impl Lines<'_> {
     fn row(&mut self, address: u64, line: u64) {
         let mut step = address - self.address;
         let mut line_step = line.wrapping_sub(self.line) as i64;
+        // The usual row: one special opcode (what the general case below writes then).
+        let l = line_step.wrapping_sub(LINE_BASE) as u64;
+        if l < LINE_RANGE && step <= 255 {
+            let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
+            if op <= 255 {
+                self.out.u8(op as u8);
+                self.address = address;
+                self.line = line;
+                return;
+            }
+        }
         if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
             self.out.u8(dw::DW_LNS_advance_line.0);
             self.out.sleb(line_step);

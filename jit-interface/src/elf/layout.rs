@@ -45,7 +45,10 @@ impl<'a> Layout<'a> {
     /// Plans `object`, which must have passed [`JitObject::validate`] (non-empty, no overlap).
     pub fn new(object: &'a JitObject) -> Layout<'a> {
         let mut functions: Vec<Function> = object.functions().iter().collect();
-        functions.sort_by_key(|f| f.start());
+        // Runtimes usually add functions in address order.
+        if !functions.windows(2).all(|w| w[0].start() <= w[1].start()) {
+            functions.sort_by_key(|f| f.start());
+        }
 
         let mut runs: Vec<Run> = Vec::new();
         let mut run_of = Vec::with_capacity(functions.len());
@@ -63,11 +66,12 @@ impl<'a> Layout<'a> {
 
         let mut units: Vec<Unit> = Vec::new();
         let mut unit_of_file: HashMap<Option<&str>, usize> = HashMap::new();
-        // Neighbours usually share a file: look it up only when it changes.
-        let mut last: Option<(Option<&str>, usize)> = None;
+        // Neighbours usually share a file: look it up only when it changes (the same index
+        // among the object's files is the same file).
+        let mut last: Option<(Option<usize>, usize)> = None;
         for (i, f) in functions.iter().enumerate() {
             let u = match last {
-                Some((file, u)) if file == f.file() => u,
+                Some((file, u)) if file == f.file_index() => u,
                 _ => *unit_of_file.entry(f.file()).or_insert_with(|| {
                     units.push(Unit {
                         file: f.file(),
@@ -76,7 +80,7 @@ impl<'a> Layout<'a> {
                     units.len() - 1
                 }),
             };
-            last = Some((f.file(), u));
+            last = Some((f.file_index(), u));
             units[u].functions.push(i);
         }
 

@@ -181,17 +181,22 @@ pub(super) fn write(
     for (i, f) in layout.functions.iter().enumerate() {
         let run = layout.run_of[i];
         let section = first_text + run;
-        out.u32(name_offsets[i]);
-        out.u8(info);
-        out.u8(elf::STV_DEFAULT.0);
-        out.u16(if shndx {
+        // One symbol assembled, then appended: one capacity check.
+        let mut symbol = [0u8; SYMBOL];
+        symbol[..4].copy_from_slice(&name_offsets[i].to_le_bytes());
+        symbol[4] = info;
+        symbol[5] = elf::STV_DEFAULT.0;
+        let index = if shndx {
             elf::SHN_XINDEX.0
         } else {
             section as u16
-        });
+        };
+        symbol[6..8].copy_from_slice(&index.to_le_bytes());
         // Relocatable object: symbol values are offsets in their section.
-        out.u64(f.start() - layout.runs[run].start);
-        out.u64(f.size().into());
+        let value = f.start() - layout.runs[run].start;
+        symbol[8..16].copy_from_slice(&value.to_le_bytes());
+        symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
+        out.extend_from_slice(&symbol);
     }
     if shndx {
         out.resize(shndx_at, 0);
