@@ -3,7 +3,8 @@
 //! knows exactly the live set. Each of the host's 512 code slots is looked up with
 //! `info line *ADDR`: a live slot must name the function registered there now, a free slot
 //! nothing (its earlier functions were unregistered). Small registrations are consolidated
-//! into batch entries, so this covers merging and rebuilding batches while GDB watches.
+//! into batch entries, so this covers merging and rebuilding batches while GDB watches, and
+//! (compact) the switch from compact to ELF entries once the reader budget is spent.
 
 mod common;
 mod reader_support;
@@ -34,6 +35,10 @@ fn churn_under_gdb(format: &str, threads: u32, ops: u32) {
         .arg(scale_host())
         .args(["churn", &threads.to_string(), &ops.to_string(), format])
         .env("SCALE_HOST_QUERIES", &queries)
+        // Small compact registrations get ELF entries once this many functions were read
+        // through the reader: cross that line about halfway (about half the operations
+        // are registrations).
+        .env("JIT_GDB_READER_BUDGET", (threads * ops / 4).to_string())
         .current_dir(dir.path());
     let out = cmd.output().expect("run gdb");
     let text =

@@ -6,6 +6,8 @@
 //! scale_host reg N K compact|elf        register N functions, K per object; print timing
 //! scale_host encode N K compact|elf     build and encode the same objects, register nothing
 //! scale_host attach N K compact|elf     the same, then print the pid and sleep
+//! scale_host unreg N M compact|elf      register N functions one by one, then unregister
+//!                                       M of them spread over the whole set; print timing
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
 //!                                       print every slot's address and the function
 //!                                       registered there (or -), stop in
@@ -84,6 +86,29 @@ fn format_arg(s: &str) -> Format {
         "elf" => Format::Elf,
         _ => panic!("format must be compact or elf, not {s}"),
     }
+}
+
+/// Registers `n` functions one by one, then unregisters `m` of them, every `n / m`-th
+/// (so in every batch), timing the unregistrations alone.
+fn unregister_some(n: u64, m: u64, format: Format) {
+    let mut regs: Vec<Option<Registration>> =
+        register_all(n, 1, format).into_iter().map(Some).collect();
+    let step = (n / m.clamp(1, n)) as usize;
+    let hooks_before = jit_interface::descriptor::notifications().0;
+    let t0 = Instant::now();
+    let mut dropped = 0u64;
+    for slot in regs.iter_mut().step_by(step).take(m as usize) {
+        drop(slot.take());
+        dropped += 1;
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let hooks = jit_interface::descriptor::notifications().0 - hooks_before;
+    eprintln!(
+        "TOTAL unreg {dt:.6} s ({:.1} ns/unregistration, {dropped} of {n}, hooks {hooks} calls)",
+        dt * 1e9 / dropped.max(1) as f64
+    );
+    scale_host_checkpoint(regs.iter().flatten().count());
+    std::process::exit(0);
 }
 
 fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
@@ -172,7 +197,8 @@ fn churn(threads: u64, ops: u64, format: Format) {
         .flat_map(|h| h.join().expect("thread"))
         .collect();
     let dt = t0.elapsed().as_secs_f64();
-    eprintln!("TOTAL churn {dt:.6} s");
+    let (stops, bytes) = jit_interface::descriptor::notifications();
+    eprintln!("TOTAL churn {dt:.6} s, hooks {stops} calls, {bytes} bytes announced");
     // Every slot's address with the function registered there now, or `-`.
     for (i, slot) in slots.iter().enumerate() {
         let addr = base + i as u64 * FN_SIZE;
@@ -242,9 +268,13 @@ fn main() {
             std::thread::sleep(std::time::Duration::from_secs(600));
             drop(regs);
         }
+        Some("unreg") => unregister_some(num(2), num(3), format_arg(&args[4])),
         Some("churn") => churn(num(2), num(3), format_arg(&args[4])),
         _ => {
-            eprintln!("usage: scale_host reg|attach N K compact|elf | churn T OPS compact|elf");
+            eprintln!(
+                "usage: scale_host reg|encode|attach N K compact|elf | unreg N M compact|elf \
+                 | churn T OPS compact|elf"
+            );
             std::process::exit(2);
         }
     }

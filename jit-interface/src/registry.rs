@@ -14,9 +14,14 @@
 //!   so a debugger that attached meanwhile is told about it before the call returns.
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
 //!   before the call returns), every `FAN_IN` of those are merged into one batch entry, every
-//!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. Compact
-//!   records are self-contained, so merging and rewriting copy bytes; ELF batches are
-//!   re-encoded from the kept models.
+//!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. ELF
+//!   batches are re-encoded from the kept models. A compact registration's own entry is read
+//!   through our reader (the cheapest stop), but the batches it is merged into are encoded as
+//!   ELF, which GDB reads natively and frees whole (see `State::build_as_elf`: GDB leaks
+//!   memory for every function its reader interface reads), and once `READER_BUDGET`
+//!   functions were read that way, small compact registrations get ELF entries of their own
+//!   too. Without a debugger, compact records are self-contained, so merging and rewriting
+//!   copy bytes.
 //!
 //! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
 //!
@@ -31,7 +36,7 @@ use std::cell::UnsafeCell;
 use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
@@ -165,7 +170,8 @@ impl Batch {
 /// A registered object.
 struct Member {
     batch: u64,
-    /// ELF only: batches are re-encoded from the models.
+    /// For members of ELF batches (re-encoded from the models when merged or rewritten):
+    /// kept for small ELF objects, decoded from the record for compact ones merged as ELF.
     model: Option<Arc<JitObject>>,
 }
 
@@ -245,6 +251,7 @@ pub fn set_deferred(deferral: Option<Deferral>) {
         max_pending: d.max_pending.max(1),
         ..d
     });
+    DEFERRED.store(st.deferred.is_some(), Ordering::Relaxed);
     if st.deferred.is_none() {
         st.flush();
     }
@@ -275,6 +282,46 @@ pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
 unsafe impl Send for State {}
 
 static REGISTRY: OnceLock<Mutex<State>> = OnceLock::new();
+
+/// Mirrors `State::deferred.is_some()`, for choosing an encoding before taking the lock.
+static DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// How many functions small compact registrations may make a debugger read through its
+/// reader interface, one entry each, before such registrations are announced as ELF.
+///
+/// GDB 13 keeps memory for good for every function its reader interface reads (a new `void`
+/// type per block, about 300 bytes, allocated with the architecture) and more for every
+/// reader-made objfile: measured, 100,000 one-by-one registrations left GDB at 172 MB with
+/// compact entries of their own, 108 MB with ELF ones (GDB reads ELF entries with its own
+/// DWARF reader, lazily, and frees all of it when they are unregistered). Compact entries
+/// are the cheaper stop (about 0.1 ms less each) and are unwound by our reader, so small
+/// programs keep them; this caps what a long session leaves in GDB at about 7 MB.
+/// `JIT_GDB_READER_BUDGET=N` in the environment sets another budget (0: always ELF).
+const READER_BUDGET: usize = 10_000;
+
+fn reader_budget() -> usize {
+    static BUDGET: OnceLock<usize> = OnceLock::new();
+    *BUDGET.get_or_init(|| {
+        let Some(v) = std::env::var_os("JIT_GDB_READER_BUDGET") else {
+            return READER_BUDGET;
+        };
+        match v.to_str().and_then(|v| v.trim().parse().ok()) {
+            Some(n) => n,
+            None => {
+                eprintln!(
+                    "jit-interface: ignoring JIT_GDB_READER_BUDGET={}: not a number of \
+                     functions (using {READER_BUDGET})",
+                    v.to_string_lossy()
+                );
+                READER_BUDGET
+            }
+        }
+    })
+}
+
+/// Functions announced so far in small compact entries of their own to an attached debugger
+/// (never reset: a debugger that detaches and attaches again keeps what it leaked).
+static READ_BY_READER: AtomicUsize = AtomicUsize::new(0);
 
 fn registry() -> MutexGuard<'static, State> {
     // The state is changed only after every fallible step (encoding) has succeeded, so a
@@ -318,7 +365,9 @@ fn fresh_live_key() -> u64 {
 /// object is appended in place to a batch entry: no stop, nothing re-encoded. With GDB
 /// attached, each registration gets an entry of its own (one stop), and small entries are
 /// merged 32 at a time into batch entries, 32 of those into sealed ones, so GDB holds few
-/// entries however many objects are live. Objects with 64 functions or more get an entry of
+/// entries however many objects are live (those batches are ELF even for compact objects:
+/// GDB reads ELF without keeping memory for it once dropped). Objects with 64 functions or
+/// more get an entry of
 /// their own for good. Set `JIT_GDB_ALWAYS_NOTIFY=1` for debuggers that do not plant an
 /// `int3` there (hardware breakpoints, rr replay).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
@@ -331,11 +380,25 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     let functions = object.functions().len();
     let big = functions >= BIG_OBJECT;
     let arch = object.arch();
+    // Under a debugger (outside deferred mode) a small object gets an entry of its own, read
+    // at once; once `READER_BUDGET` is spent, a compact one is announced as ELF there.
+    // (Checked again under the lock; a registration that races with an attaching debugger
+    // stays compact.)
+    let encoding = if format == Format::Compact
+        && !big
+        && !DEFERRED.load(Ordering::Relaxed)
+        && READ_BY_READER.load(Ordering::Relaxed) >= reader_budget()
+        && descriptor::debugger_attached()
+    {
+        Format::Elf
+    } else {
+        format
+    };
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         // Encode before taking the lock: registrations from several threads encode in
         // parallel.
-        let (mut elf, model) = match format {
+        let (mut elf, model) = match encoding {
             Format::Compact => {
                 scratch.clear();
                 // The slot is assigned under the lock; its address and key are patched in.
@@ -343,20 +406,27 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 crate::format::encode_record(&mut scratch, object, Some(placeholder))?;
                 (None, None)
             }
-            Format::Elf => (
-                Some(crate::elf::encode(object)?),
-                Some(Arc::new(object.clone())),
-            ),
+            Format::Elf => {
+                if format == Format::Compact {
+                    // Refused exactly when it would be without a debugger (e.g. variables).
+                    scratch.clear();
+                    let placeholder = LiveCheck { address: 0, key: 1 };
+                    crate::format::encode_record(&mut scratch, object, Some(placeholder))?;
+                }
+                // Big objects keep an entry of their own, never merged or rewritten: no model.
+                let model = (!big).then(|| Arc::new(object.clone()));
+                (Some(crate::elf::encode(object)?), model)
+            }
         };
         let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
-        let payload_len = match format {
+        let payload_len = match encoding {
             Format::Compact => crate::format::HEADER_LEN + record_len,
             Format::Elf => record_len,
         };
         let id = {
             let mut st = registry();
             let id = st.new_member(model);
-            if format == Format::Compact {
+            if encoding == Format::Compact {
                 let slot = st.live.get(id as usize);
                 let key = fresh_live_key();
                 slot.store(key, Ordering::Release);
@@ -364,7 +434,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 crate::format::patch_live_check(&mut scratch, LiveCheck { address, key });
             }
             let attached = descriptor::debugger_attached();
-            let quiet = format == Format::Compact
+            let quiet = encoding == Format::Compact
                 && !big
                 && record_len <= OPEN_RECORD_MAX
                 && (!attached || st.deferred.is_some());
@@ -376,7 +446,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 }
                 // Allocated before the payload: see `Batch::cell`.
                 let cell = EntryCell::new();
-                let buf = match format {
+                let buf = match encoding {
                     Format::Compact => {
                         let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record_len);
                         buf.extend_from_slice(&crate::format::header(arch));
@@ -392,11 +462,14 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                     at,
                     len: record_len,
                 };
-                st.link_new(cell, format, level, buf, vec![slot])
+                if encoding == Format::Compact && !big && attached {
+                    READ_BY_READER.fetch_add(functions, Ordering::Relaxed);
+                }
+                st.link_new(cell, encoding, level, buf, vec![slot])
             };
             st.member(id).batch = batch_id;
             if !quiet && !big {
-                st.level_push(format, 0, batch_id);
+                st.level_push(encoding, 0, batch_id);
             }
             if quiet {
                 st.flush_if_due();
@@ -671,10 +744,19 @@ impl State {
             }
             Format::Elf => {
                 let slots: Vec<Slot> = parts.iter().flat_map(|b| b.members.clone()).collect();
-                let models: Vec<&JitObject> = slots
+                // Every member of a batch that can be merged or rewritten has a model (only
+                // big objects, alone in their entry for good, have none); should one be
+                // missing, refuse rather than drop its functions.
+                let Some(models) = slots
                     .iter()
-                    .filter_map(|s| self.member_ref(s.id)?.model.as_deref())
-                    .collect();
+                    .map(|s| self.member_ref(s.id)?.model.as_deref())
+                    .collect::<Option<Vec<&JitObject>>>()
+                else {
+                    return Err(crate::Error::Unsupported {
+                        format: "ELF",
+                        why: "a batch member has no model to re-encode".into(),
+                    });
+                };
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
                 let buf = crate::elf::encode(&JitObject::merged(arch, models.iter().copied()))?;
                 Ok((buf, slots))
@@ -682,12 +764,56 @@ impl State {
         }
     }
 
+    /// Under a debugger, the payload of an entry holding the members of the compact
+    /// `batches`, re-encoded as ELF (`None` if that fails: the caller copies the records).
+    ///
+    /// Why: GDB 13 keeps about 300 bytes for every function each time its reader interface
+    /// reads one (a new `void` type per block, allocated with the architecture and never
+    /// freed), and consolidation makes it read a small registration about three times:
+    /// 100,000 one-by-one registrations left GDB at 195 MB. GDB reads an ELF entry with its
+    /// own DWARF reader and frees all of it when the entry goes, so a compact registration is
+    /// read once through the reader (its own entry: the fast stop) and then as part of ELF
+    /// batches. The models are decoded from the records, so registering keeps no copy.
+    fn build_as_elf(&mut self, batches: &[u64]) -> Option<(Vec<u8>, Vec<Slot>)> {
+        if !descriptor::debugger_attached() {
+            return None;
+        }
+        let mut payload = Vec::new();
+        for b in batches {
+            let batch = self.batches.get(b)?;
+            if batch.format != Format::Compact || batch.open {
+                return None;
+            }
+            for s in &batch.members {
+                let has_model = self.member_ref(s.id).is_some_and(|m| m.model.is_some());
+                if has_model {
+                    continue;
+                }
+                payload.clear();
+                payload.extend_from_slice(&batch.buf[..crate::format::HEADER_LEN]);
+                payload.extend_from_slice(&batch.buf[s.at..s.at + s.len]);
+                let model = crate::format::decode(&payload).ok()?.object;
+                if let Some(Some(m)) = self.members.get_mut(s.id as usize) {
+                    m.model = Some(Arc::new(model));
+                }
+            }
+        }
+        self.build(Format::Elf, batches).ok()
+    }
+
     /// Replaces the entries `ids` (all of `level`) by one entry of `level + 1` holding all
     /// their objects: one stop to read it, one per old entry to drop it. A core file taken
     /// in between may show an object twice, never not at all.
     fn merge(&mut self, format: Format, level: usize, ids: Vec<u64>) {
         let cell = EntryCell::new();
-        let Ok((buf, slots)) = self.build(format, &ids) else {
+        let (format, built) = match format {
+            Format::Compact => match self.build_as_elf(&ids) {
+                Some(built) => (Format::Elf, Ok(built)),
+                None => (format, self.build(format, &ids)),
+            },
+            Format::Elf => (format, self.build(format, &ids)),
+        };
+        let Ok((buf, slots)) = built else {
             // Only ELF can refuse a merge (functions of different objects overlapping in one
             // ELF object): keep those entries as they are, and stop trying.
             for b in &ids {
@@ -728,7 +854,8 @@ impl State {
 
     /// Rewrites batch `batch_id` with only its current members (dead records dropped) and
     /// swaps the new entry into the old one's place: one pointer store, then the debugger
-    /// drops the old entry and reads the new one.
+    /// drops the old entry and reads the new one. Under a debugger a sealed compact batch is
+    /// rewritten as ELF (see `build_as_elf`).
     fn rewrite(&mut self, batch_id: u64) {
         self.drop_pending(batch_id);
         let Some(batch) = self.batches.get(&batch_id) else {
@@ -738,7 +865,11 @@ impl State {
         let mut cell = EntryCell::new();
         // A subset of objects that encoded together encodes again; should it ever fail, the
         // dead objects stay visible to the debugger (stale) rather than the list breaking.
-        let Ok((mut buf, slots)) = self.build(format, &[batch_id]) else {
+        let (new_format, built) = match self.build_as_elf(&[batch_id]) {
+            Some(built) => (Format::Elf, Ok(built)),
+            None => (format, self.build(format, &[batch_id])),
+        };
+        let Ok((mut buf, slots)) = built else {
             return;
         };
         if open {
@@ -757,6 +888,20 @@ impl State {
         batch.buf = buf;
         batch.members = slots;
         batch.dead = 0;
+        if new_format != format {
+            batch.format = new_format;
+            let level = batch.level;
+            if level < SEALED {
+                // Merged with batches of its new format from now on.
+                if let Some(list) = self.levels.get_mut(&(format as u8, level)) {
+                    list.retain(|&b| b != batch_id);
+                }
+                self.levels
+                    .entry((new_format as u8, level))
+                    .or_default()
+                    .push(batch_id);
+            }
+        }
     }
 
     /// Unregisters member `id`. Its entry is unlinked if it held nothing else. Otherwise,

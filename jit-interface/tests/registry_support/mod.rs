@@ -40,6 +40,7 @@ pub fn for_each_payload(mut f: impl FnMut(&[u8])) -> usize {
 
 /// Does the live slot named by a payload hold `key`? Slots stay mapped while any linked
 /// payload names them (the registry never frees them).
+#[allow(dead_code)] // not every registry test looks at slots
 pub fn slot_holds(address: u64, key: u64) -> bool {
     // SAFETY: see above: the address comes from a linked payload of this process.
     unsafe { (address as *const u64).read_volatile() == key }
