@@ -131,7 +131,8 @@ impl Frame {
                 setup_end,
                 epilogues,
             } => {
-                let mut rows = vec![UnwindRow::X86_64_ENTRY];
+                let mut rows = Vec::with_capacity(3 + 2 * epilogues.len());
+                rows.push(UnwindRow::X86_64_ENTRY);
                 rows.push(UnwindRow {
                     offset: *push_end,
                     cfa_base: CfaBase::Sp,

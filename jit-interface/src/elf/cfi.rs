@@ -168,7 +168,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
     let mut first_rows: Vec<UnwindRow> = Vec::new();
     let mut open: Option<Fde> = None;
     let (mut step, mut reset) = (Vec::new(), Vec::new());
-    for &f in functions {
+    for (i, &f) in functions.iter().enumerate() {
         // Rows the same as the previous function's (which is in the open FDE) match the
         // FDE's first function as the previous function's did, and are the repeat's rows.
         let (rows, same) = rows.of(arch, f)?;
@@ -246,12 +246,15 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
                 }
                 fde.state = *row;
             }
-            repeat.key = Some(key);
-            repeat.rows.clear();
-            repeat.rows.extend_from_slice(rows);
-            repeat.bytes.clear();
-            repeat.bytes.extend_from_slice(&out[begin..]);
-            repeat.advanced = fde.loc - loc;
+            // (Nothing follows the last function: nothing to keep.)
+            if i + 1 < functions.len() {
+                repeat.key = Some(key);
+                repeat.rows.clear();
+                repeat.rows.extend_from_slice(rows);
+                repeat.bytes.clear();
+                repeat.bytes.extend_from_slice(&out[begin..]);
+                repeat.advanced = fde.loc - loc;
+            }
         }
         fde.functions += 1;
         fde.end = f.end();

@@ -1,8 +1,6 @@
 //! Where things go: functions in address order, grouped into runs of adjacent code (one
 //! NOBITS `.text` section each), and into compile units by source file.
 
-use std::collections::HashMap;
-
 use crate::model::{Function, JitObject};
 
 /// Largest gap between two functions of one object that one `.text` section may span.
@@ -28,6 +26,9 @@ pub(super) struct Unit<'a> {
     /// Indices into [`Layout::functions`].
     pub functions: Vec<usize>,
 }
+
+/// A file without a unit yet.
+const NO_UNIT: usize = usize::MAX;
 
 /// The plan of one object.
 #[derive(Debug)]
@@ -64,24 +65,27 @@ impl<'a> Layout<'a> {
             run_of.push(runs.len() - 1);
         }
 
+        // Units by file index (0: no file), in a table: one slot per file of the object.
         let mut units: Vec<Unit> = Vec::new();
-        let mut unit_of_file: HashMap<Option<&str>, usize> = HashMap::new();
-        // Neighbours usually share a file: look it up only when it changes (the same index
-        // among the object's files is the same file).
-        let mut last: Option<(Option<usize>, usize)> = None;
+        let slots = object.file_count() + 1;
+        let mut few = [NO_UNIT; 8];
+        let mut many = Vec::new();
+        let unit_of: &mut [usize] = if slots <= few.len() {
+            &mut few[..slots]
+        } else {
+            many.resize(slots, NO_UNIT);
+            &mut many
+        };
         for (i, f) in functions.iter().enumerate() {
-            let u = match last {
-                Some((file, u)) if file == f.file_index() => u,
-                _ => *unit_of_file.entry(f.file()).or_insert_with(|| {
-                    units.push(Unit {
-                        file: f.file(),
-                        functions: Vec::new(),
-                    });
-                    units.len() - 1
-                }),
-            };
-            last = Some((f.file_index(), u));
-            units[u].functions.push(i);
+            let slot = f.file_index().map_or(0, |k| k + 1);
+            if unit_of[slot] == NO_UNIT {
+                unit_of[slot] = units.len();
+                units.push(Unit {
+                    file: f.file(),
+                    functions: Vec::new(),
+                });
+            }
+            units[unit_of[slot]].functions.push(i);
         }
 
         Layout {
