@@ -1114,11 +1114,21 @@ impl JitObject {
     /// consolidates many small registrations into one debugger entry). Not validated: the
     /// encoder does that.
     #[cfg(feature = "runtime")]
-    pub(crate) fn merged<'a>(
-        arch: Arch,
-        objects: impl IntoIterator<Item = &'a JitObject>,
-    ) -> JitObject {
+    pub(crate) fn merged<'a, I>(arch: Arch, objects: I) -> JitObject
+    where
+        I: IntoIterator<Item = &'a JitObject>,
+        I::IntoIter: Clone,
+    {
+        let objects = objects.into_iter();
         let mut out = JitObject::with_arch(arch);
+        // Room for everything at once (a merge is of many small objects).
+        let total = |len: fn(&JitObject) -> usize| objects.clone().map(len).sum::<usize>();
+        out.entries.reserve(total(|o| o.entries.len()));
+        out.text.reserve(total(|o| o.text.len()));
+        out.rows.reserve(total(|o| o.rows.len()));
+        // Each object's file indices in `out`.
+        let mut few = [NO_FILE; SCAN_FILES];
+        let mut many = Vec::new();
         for o in objects {
             // The storage is copied whole and the entries shifted to their new place.
             let (text_at, rows_at) = (out.text.len(), out.rows.len());
@@ -1130,23 +1140,25 @@ impl JitObject {
             out.rows.extend_from_slice(&o.rows);
             // Both fit in 32 bits, as does every offset into them.
             let (text_at, rows_at) = (text_at as u32, rows_at as u32);
-            let files: Vec<u32> = o
-                .files
-                .iter()
-                .map(|&s| {
-                    let name = &o.text[s.range()];
-                    out.find_file(name).unwrap_or_else(|| {
-                        // The name is in the copied text already: share it.
-                        let i = out.files.len() as u32;
-                        out.files.push(Span {
-                            at: text_at + s.at,
-                            ..s
-                        });
-                        out.index_file(name, i);
-                        i
-                    })
-                })
-                .collect();
+            let files: &mut [u32] = if o.files.len() <= few.len() {
+                &mut few[..o.files.len()]
+            } else {
+                many.resize(o.files.len(), NO_FILE);
+                &mut many
+            };
+            for (slot, &s) in files.iter_mut().zip(&o.files) {
+                let name = &o.text[s.range()];
+                *slot = out.find_file(name).unwrap_or_else(|| {
+                    // The name is in the copied text already: share it.
+                    let i = out.files.len() as u32;
+                    out.files.push(Span {
+                        at: text_at + s.at,
+                        ..s
+                    });
+                    out.index_file(name, i);
+                    i
+                });
+            }
             out.entries.extend(o.entries.iter().map(|e| Entry {
                 name: Span {
                     at: text_at + e.name.at,
