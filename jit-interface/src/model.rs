@@ -493,17 +493,21 @@ impl DoubleEndedIterator for FunctionIter<'_> {
 impl ExactSizeIterator for FunctionIter<'_> {}
 
 /// Checks a name (function, block, variable or file): non-empty, no NUL.
+#[inline]
 fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
-    if s.is_empty() {
-        return Err(format!("{what} is empty"));
-    }
-    if has_nul(s.as_bytes()) {
-        return Err(format!(
-            "{what} `{}` contains a NUL byte",
-            s.replace('\0', "\\0")
-        ));
+    if s.is_empty() || has_nul(s.as_bytes()) {
+        return Err(text_error(what, s));
     }
     Ok(())
+}
+
+/// What is wrong with a name `check_text` refused.
+#[cold]
+fn text_error(what: &str, s: &str) -> String {
+    if s.is_empty() {
+        return format!("{what} is empty");
+    }
+    format!("{what} `{}` contains a NUL byte", s.replace('\0', "\\0"))
 }
 
 /// Does `b` contain a zero byte? Names are short and checked once per function: eight
@@ -892,9 +896,11 @@ impl JitObject {
     /// Index of `file` among the object's files, if it is one of them.
     #[inline]
     fn find_file(&self, file: &str) -> Option<u32> {
-        let name = |s: Span| &self.text[s.range()];
+        // As bytes: spans are on character boundaries anyway.
+        let name = |s: Span| self.text.as_bytes().get(s.range());
+        let file_bytes = Some(file.as_bytes());
         if let Some(&s) = self.files.get(self.last_file as usize) {
-            if name(s) == file {
+            if name(s) == file_bytes {
                 return Some(self.last_file);
             }
         }
@@ -903,7 +909,7 @@ impl JitObject {
             // At most `SCAN_FILES` files.
             None => (0..)
                 .zip(&self.files)
-                .find(|&(_, &s)| name(s) == file)
+                .find(|&(_, &s)| name(s) == file_bytes)
                 .map(|(i, _)| i),
         }
     }

@@ -246,10 +246,13 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
         .resize(len + text_len + row_count + 8 * functions.len(), 0);
     // Function starts are deltas from the previous function's end; line numbers deltas from
     // the previous row, across functions (the state a reader carries through the object).
-    let mut prev_end = 0u64;
-    let mut line = 1i64;
+    let mut carry = Carry {
+        prev_end: 0,
+        line: 1,
+    };
     for f in functions {
-        let worst = worst_len(f);
+        let name = f.name();
+        let worst = worst_len(f, name);
         if w.buf.len() - len < worst {
             let grown = w.buf.len() + w.buf.len() / 2;
             w.buf.resize(grown.max(len + worst), 0);
@@ -261,15 +264,15 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
             &mut strings,
             object.arch(),
             f,
-            prev_end,
-            &mut line,
+            name,
+            &mut carry,
         );
         len += c.len();
         if let Err(e) = written {
             w.buf.truncate(len);
             return Err(e);
         }
-        prev_end = f.end();
+        carry.prev_end = f.end();
     }
     w.buf.truncate(len);
     check_count(strings.len, || {
@@ -278,12 +281,20 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
     Ok(())
 }
 
+/// What the writing carries from one function to the next within an object.
+struct Carry {
+    /// End of the previous function (function starts are written as deltas from it).
+    prev_end: u64,
+    /// Line of the previous row (line numbers are written as deltas from it).
+    line: i64,
+}
+
 /// A file without a string-table index yet.
 const NO_CODE: u64 = u64::MAX;
 
 /// Most bytes function `f` can take in a record: its texts, and `MAX_LEB_LEN` for every
 /// number.
-fn worst_len(f: Function<'_>) -> usize {
+fn worst_len(f: Function<'_>, name: &str) -> usize {
     const LEB: usize = MAX_LEB_LEN;
     let frame = match f.frame() {
         Frame::Default => 0,
@@ -294,7 +305,7 @@ fn worst_len(f: Function<'_>) -> usize {
     let blocks = f.blocks();
     let blocks = LEB + blocks.len() * 4 * LEB;
     // Name and its length, start, size, flags.
-    f.name().len() + 3 * LEB + 1 + frame + lines + blocks
+    name.len() + 3 * LEB + 1 + frame + lines + blocks
 }
 
 fn write_function<'a>(
@@ -303,10 +314,9 @@ fn write_function<'a>(
     strings: &mut Strings<'a>,
     arch: Arch,
     f: Function<'a>,
-    prev_end: u64,
-    line: &mut i64,
+    name: &str,
+    carry: &mut Carry,
 ) -> Result<()> {
-    let name = f.name();
     if !f.variables().is_empty() {
         return Err(unsupported(format!(
             "function `{name}` has {} variable(s), and GDB's JIT reader API has no way to show variables: register it in the ELF format, or leave the variables out",
@@ -315,7 +325,7 @@ fn write_function<'a>(
     }
     check_text_len(name, || format!("the name of function `{name}`"))?;
     w.text(name);
-    w.sleb(f.start().wrapping_sub(prev_end) as i64);
+    w.sleb(f.start().wrapping_sub(carry.prev_end) as i64);
     w.uleb(u64::from(f.size()));
 
     let frame = f.frame();
@@ -385,7 +395,7 @@ fn write_function<'a>(
         })?;
         w.uleb(code);
         w.uleb(rows.len() as u64);
-        let (mut offset, mut prev_line) = (0u32, *line);
+        let (mut offset, mut prev_line) = (0u32, carry.line);
         for r in rows {
             let line_now = i64::from(r.line);
             lines::write_row(
@@ -396,7 +406,7 @@ fn write_function<'a>(
             offset = r.offset;
             prev_line = line_now;
         }
-        *line = prev_line;
+        carry.line = prev_line;
     }
 
     let blocks = f.blocks();
