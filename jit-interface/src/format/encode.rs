@@ -147,9 +147,10 @@ pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Resu
         ));
     };
     let arch = first.arch();
-    // Room for a small object; `write_object` reserves for bigger ones.
+    // Room for the first object (with its string table), allocated once; `write_object`
+    // reserves more for the others.
     let mut w = Writer {
-        buf: Vec::with_capacity(128),
+        buf: Vec::with_capacity(HEADER_LEN + 64 + usual_len(first) + WORST_SLACK),
     };
     w.bytes(&header(arch));
     for (k, (object, live)) in objects.iter().enumerate() {
@@ -240,10 +241,12 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
     // The functions are written through a cursor into zeroed room that is enlarged when
     // a function's worst case might not fit (typically once: the room starts at the usual
     // size of the whole object), then cut to what was written.
-    let (text_len, row_count) = object.stored_sizes();
     let mut len = w.buf.len();
-    w.buf
-        .resize(len + text_len + row_count + 8 * functions.len(), 0);
+    let usual = usual_len(object);
+    // Capacity beyond that for a function's worst case, so that a small object's room is
+    // allocated once.
+    w.buf.reserve(usual + WORST_SLACK);
+    w.buf.resize(len + usual, 0);
     // Function starts are deltas from the previous function's end; line numbers deltas from
     // the previous row, across functions (the state a reader carries through the object).
     let mut carry = Carry {
@@ -288,6 +291,17 @@ struct Carry {
     /// Line of the previous row (line numbers are written as deltas from it).
     line: i64,
 }
+
+/// About the bytes the functions of `object` usually take: their names, a byte per line
+/// row and a few for the rest.
+fn usual_len(object: &JitObject) -> usize {
+    let (text_len, row_count) = object.stored_sizes();
+    text_len + row_count + 8 * object.functions().len()
+}
+
+/// Capacity reserved beyond the usual size of an object's functions: more than the worst
+/// case of a typical function (a name, a few epilogues, a dozen line rows).
+const WORST_SLACK: usize = 512;
 
 /// A file without a string-table index yet.
 const NO_CODE: u64 = u64::MAX;
