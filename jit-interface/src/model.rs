@@ -646,7 +646,10 @@ pub struct JitObject {
     /// Distinct source file names (in `text`), in order of first use by `set_lines`.
     files: Vec<Span>,
     /// Index of every file, once there are more than `SCAN_FILES`.
-    file_index: Option<HashMap<Box<str>, u32>>,
+    /// (Boxed: an object is kept whole by the registry for every ELF registration, and
+    /// few objects have this many files; a map inline would take 48 bytes of each.)
+    #[allow(clippy::box_collection)]
+    file_index: Option<Box<HashMap<Box<str>, u32>>>,
     /// The file `set_lines` used last: most runtimes give one file to many functions in a
     /// row.
     last_file: u32,
@@ -931,10 +934,12 @@ impl JitObject {
         }
         let (text, files) = (&self.text, &self.files);
         let index = self.file_index.get_or_insert_with(|| {
-            (0..)
-                .zip(files)
-                .map(|(i, s)| (Box::from(&text[s.range()]), i))
-                .collect()
+            Box::new(
+                (0..)
+                    .zip(files)
+                    .map(|(i, s)| (Box::from(&text[s.range()]), i))
+                    .collect(),
+            )
         });
         index.insert(file.into(), i);
     }
