@@ -65,8 +65,8 @@ pub use format::{
     decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
 };
 pub use model::{
-    Arch, BaseType, Block, CfaBase, Epilogue, Frame, Function, FunctionId, JitObject, LineRow,
-    Location, UnwindRow, Variable, VariableKind,
+    Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame, Function, FunctionId,
+    JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
 };
 #[cfg(feature = "runtime")]
 pub use registry::{flush, register, set_deferred, Deferral, Format, Registration};
