@@ -263,14 +263,10 @@ pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
     let mut line = Vec::new();
     let mut ranges = Vec::new();
     // Only objects with call sites pay for the references between subprograms.
-    let mut calls = layout
-        .functions
-        .iter()
-        .any(|f| !f.calls().is_empty())
-        .then(|| CallRefs {
-            die_offsets: vec![0; n],
-            fixups: Vec::new(),
-        });
+    let mut calls = layout.has_calls.then(|| CallRefs {
+        die_offsets: vec![0; n],
+        fixups: Vec::new(),
+    });
     for unit in &layout.units {
         let stmt_list = match unit.file {
             Some(file) => Some(line_program(&mut line, file, layout, &unit.functions)?),
@@ -309,7 +305,7 @@ fn compile_unit(
     unit: &Unit<'_>,
     stmt_list: Option<u32>,
     name_offsets: &[u32],
-    mut calls: Option<&mut CallRefs>,
+    calls: Option<&mut CallRefs>,
 ) -> Result<()> {
     let start = info.out.len();
     info.out.u32(0);
@@ -353,29 +349,50 @@ fn compile_unit(
     }
 
     let types = base_types(info, layout, unit, start)?;
-    // Functions outside the object named by this unit's call sites: name -> positions of
-    // the references to its declaration.
+    match calls {
+        None => {
+            for &i in &unit.functions {
+                if subprogram(info, layout.functions[i], name_offsets[i], &types)? {
+                    info.out.u8(0);
+                }
+            }
+        }
+        Some(calls) => subprograms_with_calls(info, layout, unit, name_offsets, &types, calls)?,
+    }
+    info.out.u8(0);
+    patch_length(&mut info.out, start, ".debug_info")
+}
+
+/// The subprograms of `unit` with their call sites, then the declarations of the functions
+/// outside the object that the call sites name. Kept out of line: inlined, it changed how
+/// the compiler inlined the rest of [`build`], which cost objects without call sites.
+#[inline(never)]
+fn subprograms_with_calls(
+    info: &mut Info,
+    layout: &Layout<'_>,
+    unit: &Unit<'_>,
+    name_offsets: &[u32],
+    types: &TypeOffsets,
+    calls: &mut CallRefs,
+) -> Result<()> {
+    // Name -> positions of the references to its declaration.
     let mut declarations: Vec<(&str, Vec<usize>)> = Vec::new();
     let mut declared: HashMap<&str, usize> = HashMap::new();
     for &i in &unit.functions {
         let f = layout.functions[i];
-        if let Some(calls) = calls.as_deref_mut() {
-            calls.die_offsets[i] = offset32(info.out.len(), ".debug_info")?;
+        calls.die_offsets[i] = offset32(info.out.len(), ".debug_info")?;
+        if !subprogram(info, f, name_offsets[i], types)? {
+            continue;
         }
-        subprogram(info, f, name_offsets[i], &types)?;
-        if let Some(calls) = calls.as_deref_mut().filter(|_| !f.calls().is_empty()) {
-            let mut outside = |name, at| {
-                let d = *declared.entry(name).or_insert_with(|| {
-                    declarations.push((name, Vec::new()));
-                    declarations.len() - 1
-                });
-                declarations[d].1.push(at);
-            };
-            call_sites(info, layout, f, calls, &mut outside)?;
-        }
-        if subprogram_has_children(f) {
-            info.out.u8(0);
-        }
+        let mut outside = |name, at| {
+            let d = *declared.entry(name).or_insert_with(|| {
+                declarations.push((name, Vec::new()));
+                declarations.len() - 1
+            });
+            declarations[d].1.push(at);
+        };
+        call_sites(info, layout, f, calls, &mut outside)?;
+        info.out.u8(0);
     }
     for (name, refs) in declarations {
         let at = offset32(info.out.len(), ".debug_info")?;
@@ -385,8 +402,7 @@ fn compile_unit(
             info.out.patch_u32(r, at);
         }
     }
-    info.out.u8(0);
-    patch_length(&mut info.out, start, ".debug_info")
+    Ok(())
 }
 
 /// References from call sites to the subprograms they call, filled in once every
@@ -526,27 +542,31 @@ fn base_types(
     Ok(offsets)
 }
 
-fn subprogram_has_children(f: &Function) -> bool {
-    !f.variables().is_empty() || !f.blocks().is_empty() || !f.calls().is_empty()
-}
-
-/// Writes the subprogram entry of `f` with its variables and blocks; if it has children, the
-/// caller adds its call sites and ends the list.
-fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> Result<()> {
-    let children = subprogram_has_children(f);
-    info.entry(if f.calls().iter().any(|c| c.tail_call) {
-        Abbrev::SubprogramTailCalls
-    } else if children {
-        Abbrev::SubprogramWithChildren
-    } else {
+/// Writes the subprogram entry of `f` with its variables and blocks. Returns whether it has
+/// children: then the caller adds its call sites and ends the list. Inlined in both loops
+/// over the functions: most functions are just this entry, written once per function.
+#[inline(always)]
+fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> Result<bool> {
+    let children = !f.variables().is_empty() || !f.blocks().is_empty() || !f.calls().is_empty();
+    info.entry(if !children {
         Abbrev::Subprogram
+    } else if f.calls().iter().any(|c| c.tail_call) {
+        Abbrev::SubprogramTailCalls
+    } else {
+        Abbrev::SubprogramWithChildren
     });
     info.out.u32(name);
     info.out.u64(f.start());
     info.out.uleb(f.size().into());
     if !children {
-        return Ok(());
+        return Ok(false);
     }
+    variables_and_blocks(info, f, types);
+    Ok(true)
+}
+
+/// Writes the variables and lexical blocks of `f`.
+fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
     // Parameters first, in their order: debuggers list arguments in entry order.
     let params = f
         .variables()
@@ -580,7 +600,6 @@ fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> 
         info.out.extend_from_slice(&location);
     }
     blocks(info, f);
-    Ok(())
 }
 
 /// Writes the lexical blocks of `f`, nested as the model says, each list of siblings in
