@@ -38,6 +38,7 @@
 //!
 //! ## Non-goals
 //! - Variables, parameters and types through compact records: GDB's reader API has none.
+//!   Call sites are left out of compact records too (the reader unwinds without them).
 //! - Debugging a stripped executable: GDB finds the interface by symbol name.
 //! - Other architectures than x86-64 for unwinding (aarch64 slots in beside it later).
 
