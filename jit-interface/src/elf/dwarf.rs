@@ -12,8 +12,9 @@
 //! `DW_TAG_GNU_call_site` with the return address as `DW_AT_low_pc` and the callee as
 //! `DW_AT_abstract_origin`, a reference (`DW_FORM_ref_addr`, so it may cross units) to the
 //! callee's subprogram when the callee is a function of this object, or to a declaration
-//! carrying its name when it is not; a callee known only by its address outside the object
-//! gets `DW_AT_GNU_call_site_target` (`DW_OP_addr`), an unknown one no target at all. GDB
+//! carrying its name when it is not (or when the call enters a function past its start); a
+//! callee known only by such an address gets `DW_AT_GNU_call_site_target` (`DW_OP_addr`),
+//! an unknown one no target at all. GDB
 //! resolves the first two without a frame (by the subprogram's `low_pc`, or the name's
 //! minimal symbol), which is what its tail-call search in every unwound frame needs; the
 //! last two make that search fail as it does without a call site. A function with a tail
@@ -31,7 +32,7 @@ use std::collections::HashMap;
 
 use super::bytes::{offset32, patch_length, Put};
 use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::model::{BaseType, CallTarget, Function, Location, VariableKind};
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
@@ -414,33 +415,15 @@ struct CallRefs {
     fixups: Vec<(usize, usize)>,
 }
 
-/// The layout index of the function starting at `address`; `None` if no function of the
-/// object contains it; an error if it is inside one but not at its start.
-fn callee(
-    layout: &Layout<'_>,
-    caller: &Function,
-    address: u64,
-    return_offset: u32,
-) -> Result<Option<usize>> {
+/// The layout index of the function starting at `address`, if one does. A target inside a
+/// function but not at its start (a call to a secondary entry) is described like one outside
+/// the object, by address or name: it is no error, since the registry may merge objects
+/// into one payload after each was accepted on its own.
+fn callee(layout: &Layout<'_>, address: u64) -> Option<usize> {
     let functions = &layout.functions;
     let i = functions.partition_point(|f| f.start() <= address);
-    let Some(f) = i.checked_sub(1).map(|i| functions[i]) else {
-        return Ok(None);
-    };
-    if f.start() == address {
-        return Ok(Some(i - 1));
-    }
-    if f.contains(address) {
-        return Err(Error::BadRows {
-            function: caller.name().to_string(),
-            why: format!(
-                "the call site at offset {return_offset} calls {address:#x}, which is inside function `{}` (offset {}), not at its entry",
-                f.name(),
-                address - f.start()
-            ),
-        });
-    }
-    Ok(None)
+    i.checked_sub(1)
+        .filter(|&i| functions[i].start() == address)
 }
 
 /// Writes the call sites of `f`; `outside(name, position)` records a reference to the
@@ -454,7 +437,7 @@ fn call_sites<'a>(
 ) -> Result<()> {
     for c in f.calls() {
         let inside = match c.target.address() {
-            Some(a) => callee(layout, f, a, c.return_offset)?,
+            Some(a) => callee(layout, a),
             None => None,
         };
         let abbrev = |origin, address, unknown| match (&c.target, inside) {
@@ -1128,18 +1111,37 @@ mod tests {
     }
 
     #[test]
-    fn a_call_into_the_middle_of_a_function_is_refused() {
+    fn a_call_into_the_middle_of_a_function_is_described_by_address() {
+        use crate::elf::test_support::Callee;
         use crate::model::CallTarget;
         let mut o = JitObject::new();
         let a = o.add_function("a", 0x1000, 0x20).unwrap();
         o.add_function("b", 0x1020, 0x20).unwrap();
         o.add_call_site(a, 5, CallTarget::Address(0x1024)).unwrap();
-        let e = crate::elf::encode(&o).unwrap_err().to_string();
-        assert!(
-            e.contains("`a`") && e.contains("inside function `b` (offset 4)"),
-            "{e}"
+        let entry = CallTarget::Symbol {
+            address: 0x1028,
+            name: "b_entry".into(),
+        };
+        o.add_call_site(a, 10, entry).unwrap();
+        let mut target = vec![gimli::DW_OP_addr.0];
+        target.extend(0x1024u64.to_le_bytes());
+        let callees: Vec<Callee> = Parsed::encode(&o)
+            .call_sites()
+            .into_iter()
+            .map(|c| c.callee)
+            .collect();
+        assert_eq!(
+            callees,
+            [
+                Callee::Target(target),
+                Callee::Declaration("b_entry".into())
+            ]
         );
-        // Without call sites, no object pays for them.
+    }
+
+    #[test]
+    fn objects_without_call_sites_pay_nothing_for_them() {
+        use crate::model::CallTarget;
         let mut plain = JitObject::new();
         plain.add_function("a", 0x1000, 0x20).unwrap();
         let info = Parsed::encode(&plain).section(".debug_info").len();
