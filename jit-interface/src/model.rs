@@ -857,14 +857,8 @@ impl JitObject {
             }
             _ => {}
         }
-        if let Some(a) = site.target.address() {
-            if a > func.start && a < func.end() {
-                return Err(bad(format!(
-                    "{kind} at offset {at}: target {a:#x} is inside this function (offset {}), not at a function entry",
-                    a - func.start
-                )));
-            }
-        }
+        // A target need not be a function's start: code may call a local subroutine or a
+        // secondary entry. The ELF payload then describes it by address or name.
         func.extras_mut().calls.push(site);
         Ok(())
     }
@@ -1056,11 +1050,6 @@ mod tests {
         assert!(err(o.add_call_site(f, 0, to(0x2000))).contains("outside the function"));
         assert!(err(o.add_call_site(f, 17, to(0x2000))).contains("in 1..=16"));
         assert!(err(o.add_call_site(f, 5, to(0))).contains("Indirect"));
-        let inside = err(o.add_call_site(f, 5, to(0x1004)));
-        assert!(
-            inside.contains("inside this function (offset 4)"),
-            "{inside}"
-        );
         let bad_name = CallTarget::Symbol {
             address: 0x2000,
             name: "a\0b".into(),
@@ -1071,9 +1060,11 @@ mod tests {
             [],
             "refused call sites are not kept"
         );
-        // Recursion (the function's own entry) and a call as the last instruction are fine.
+        // Recursion (the function's own entry), a local subroutine and a call as the last
+        // instruction are fine.
         o.add_call_site(f, 5, to(0x1000)).unwrap();
-        let order = err(o.add_call_site(f, 5, CallTarget::Indirect));
+        o.add_call_site(f, 9, to(0x100c)).unwrap();
+        let order = err(o.add_call_site(f, 9, CallTarget::Indirect));
         assert!(order.contains("increasing offset order"), "{order}");
         o.add_tail_call(f, 16, to(0x2000)).unwrap();
         let calls = o.functions()[f].calls();
@@ -1082,9 +1073,9 @@ mod tests {
                 .iter()
                 .map(|c| (c.return_offset, c.tail_call))
                 .collect::<Vec<_>>(),
-            [(5, false), (16, true)]
+            [(5, false), (9, false), (16, true)]
         );
-        assert_eq!(calls[1].target.address(), Some(0x2000));
+        assert_eq!(calls[2].target.address(), Some(0x2000));
     }
 
     #[test]

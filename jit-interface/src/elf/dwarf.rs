@@ -14,12 +14,11 @@
 //! callee's subprogram when the callee is a function of this object, or to a declaration
 //! carrying its name when it is not (or when the call enters a function past its start); a
 //! callee known only by such an address gets `DW_AT_GNU_call_site_target` (`DW_OP_addr`),
-//! an unknown one no target at all. GDB
-//! resolves the first two without a frame (by the subprogram's `low_pc`, or the name's
-//! minimal symbol), which is what its tail-call search in every unwound frame needs; the
-//! last two make that search fail as it does without a call site. A function with a tail
-//! call has `DW_AT_GNU_all_tail_call_sites`: GDB only builds tail-call frames from
-//! functions that claim their list of tail calls is complete.
+//! an unknown one no target at all. GDB resolves the first two without a frame (by the
+//! subprogram's `low_pc`, or the name's minimal symbol), which is what its tail-call search
+//! in every unwound frame needs; the last two make that search fail as it does without a
+//! call site. A function with a tail call has `DW_AT_GNU_all_tail_call_sites`: GDB only
+//! builds tail-call frames from functions that claim their list of tail calls is complete.
 //!
 //! Sizes: a subprogram without variables is 14 bytes (abbreviation code, `strp` name, address,
 //! ULEB128 size); function names are in `.debug_str`, which doubles as the symbol string
@@ -392,7 +391,7 @@ fn subprograms_with_calls(
             });
             declarations[d].1.push(at);
         };
-        call_sites(info, layout, f, calls, &mut outside)?;
+        call_sites(info, layout, f, calls, &mut outside);
         info.out.u8(0);
     }
     for (name, refs) in declarations {
@@ -434,7 +433,7 @@ fn call_sites<'a>(
     f: &'a Function,
     calls: &mut CallRefs,
     outside: &mut impl FnMut(&'a str, usize),
-) -> Result<()> {
+) {
     for c in f.calls() {
         let inside = match c.target.address() {
             Some(a) => callee(layout, a),
@@ -472,7 +471,6 @@ fn call_sites<'a>(
             (CallTarget::Indirect, None) => {}
         }
     }
-    Ok(())
 }
 
 /// Unit-relative offsets of the type entries, by [`BaseType`] (0: not written).
