@@ -258,6 +258,52 @@ pub struct Variable {
     pub location: Location,
 }
 
+/// Where a call goes (see [`CallSite`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CallTarget {
+    /// The callee's entry address. When a function of the debugger entry starts there (this
+    /// object's, or another's consolidated into the same entry), the ELF payload refers to
+    /// that function, which is what lets GDB match the call to its callee without an
+    /// exception per frame; otherwise it records the bare address, which GDB cannot use to
+    /// unwind (it evaluates call targets given as addresses only with the caller's registers).
+    Address(u64),
+    /// The callee's entry address and its symbol (linkage) name: for a function outside the
+    /// object, such as native code of the host or a function of another JIT object. The ELF
+    /// payload names it in a declaration, and GDB finds its address through the symbol
+    /// tables. Inside the entry, the function at `address` is referred to as for
+    /// [`CallTarget::Address`].
+    Symbol { address: u64, name: Box<str> },
+    /// Not known when the code was compiled: a call through a register or memory.
+    Indirect,
+}
+
+impl CallTarget {
+    /// The callee's entry address, if known.
+    pub fn address(&self) -> Option<u64> {
+        match self {
+            CallTarget::Address(a) | CallTarget::Symbol { address: a, .. } => Some(*a),
+            CallTarget::Indirect => None,
+        }
+    }
+}
+
+/// A call made by a function: where it returns to, and what it calls. Debuggers use call
+/// sites to tell which function a frame was called from (GDB: tail-call frames, entry
+/// values), and GDB's backtrace through ELF frames is cheaper with them (without one it
+/// searches for the call, fails and recovers, for every frame). ELF payloads only: the
+/// compact format has no place for them, and GDB does not need them there (see
+/// `docs/FORMAT.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallSite {
+    /// Offset from the function start of the return address: just after the call
+    /// instruction (for a tail call, just after the jump).
+    pub return_offset: u32,
+    pub target: CallTarget,
+    /// A tail call: a jump that replaces this function's frame with the callee's, so the
+    /// callee returns to this function's caller.
+    pub tail_call: bool,
+}
+
 /// One JIT-compiled function, as seen through its object: a cheap copyable view.
 ///
 /// An object keeps the names of all its functions in one string and their line rows in one
@@ -305,8 +351,8 @@ struct Entry {
     /// In `JitObject::rows`.
     lines: Span,
     frame: Frame,
-    /// `None` while the function has neither blocks nor variables (never an empty box, so
-    /// that equality does not depend on how a function was built).
+    /// `None` while the function has no blocks, variables or call sites (never an empty box,
+    /// so that equality does not depend on how a function was built).
     extras: Option<Box<Extras>>,
 }
 
@@ -315,6 +361,7 @@ struct Entry {
 struct Extras {
     blocks: Vec<Block>,
     variables: Vec<Variable>,
+    calls: Vec<CallSite>,
 }
 
 impl std::fmt::Debug for Function<'_> {
@@ -328,6 +375,7 @@ impl std::fmt::Debug for Function<'_> {
             .field("frame", &self.frame())
             .field("blocks", &self.blocks())
             .field("variables", &self.variables())
+            .field("calls", &self.calls())
             .finish()
     }
 }
@@ -401,6 +449,10 @@ impl<'a> Function<'a> {
     /// Parameters and locals.
     pub fn variables(&self) -> &'a [Variable] {
         self.entry.extras.as_ref().map_or(&[], |e| &e.variables)
+    }
+    /// Call sites, in increasing return-offset order.
+    pub fn calls(&self) -> &'a [CallSite] {
+        self.entry.extras.as_ref().map_or(&[], |e| &e.calls)
     }
     /// Does the function contain `addr`?
     pub fn contains(&self, addr: u64) -> bool {
@@ -1084,6 +1136,90 @@ impl JitObject {
         Ok(())
     }
 
+    /// Adds a call site to function `f`: the call instruction ending at `return_offset` (the
+    /// return address, relative to the function start) calls `target`. Call sites are added
+    /// in increasing `return_offset` order. ELF payloads only (the compact encoder leaves
+    /// them out: see [`CallSite`]).
+    pub fn add_call_site(
+        &mut self,
+        f: FunctionId,
+        return_offset: u32,
+        target: CallTarget,
+    ) -> Result<()> {
+        self.push_call_site(
+            f,
+            CallSite {
+                return_offset,
+                target,
+                tail_call: false,
+            },
+        )
+    }
+
+    /// Adds a tail call to function `f`: the jump ending at `jump_end` leaves the function
+    /// for `target`, which returns to `f`'s caller. A function that declares a tail call
+    /// declares all of them: debuggers take its list of tail calls as complete, and show a
+    /// frame for `f` between its caller and the callee only when the list says how it got
+    /// there.
+    pub fn add_tail_call(
+        &mut self,
+        f: FunctionId,
+        jump_end: u32,
+        target: CallTarget,
+    ) -> Result<()> {
+        self.push_call_site(
+            f,
+            CallSite {
+                return_offset: jump_end,
+                target,
+                tail_call: true,
+            },
+        )
+    }
+
+    fn push_call_site(&mut self, f: FunctionId, site: CallSite) -> Result<()> {
+        let e = self.entry(f)?;
+        let func = Function {
+            object: self,
+            entry: e,
+        };
+        let bad = |why: String| self.bad_rows(f, why);
+        let kind = if site.tail_call {
+            "tail call"
+        } else {
+            "call site"
+        };
+        let at = site.return_offset;
+        let size = func.size();
+        if at == 0 || at > size {
+            return Err(bad(format!(
+                "{kind} returning to offset {at} is outside the function: the return offset is just after the call instruction, in 1..={size} (size {size})"
+            )));
+        }
+        if let Some(prev) = func.calls().last().filter(|p| at <= p.return_offset) {
+            return Err(bad(format!(
+                "{kind} returning to offset {at} does not come after the call site at offset {}: add call sites in increasing offset order, one per call instruction",
+                prev.return_offset
+            )));
+        }
+        match &site.target {
+            CallTarget::Address(0) | CallTarget::Symbol { address: 0, .. } => {
+                return Err(bad(format!(
+                    "{kind} at offset {at}: target address 0 is no function entry (use CallTarget::Indirect for an unknown target)"
+                )));
+            }
+            CallTarget::Symbol { name, .. } => {
+                check_text("the call target's name", name)
+                    .map_err(|why| bad(format!("{kind} at offset {at}: {why}")))?;
+            }
+            _ => {}
+        }
+        // A target need not be a function's start: code may call a local subroutine or a
+        // secondary entry. The ELF payload then describes it by address or name.
+        self.extras_mut(f).calls.push(site);
+        Ok(())
+    }
+
     /// The extras of function `f` (which exists), created if it had none.
     fn extras_mut(&mut self, f: FunctionId) -> &mut Extras {
         self.entries[f].extras.get_or_insert_with(Box::default)
@@ -1413,6 +1549,43 @@ mod tests {
                 assert!(has_nul(&b), "{len} {at}");
             }
         }
+    }
+
+    #[test]
+    fn call_sites_are_checked() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 16).unwrap();
+        let err = |r: Result<()>| r.unwrap_err().to_string();
+        let to = CallTarget::Address;
+        assert!(err(o.add_call_site(f, 0, to(0x2000))).contains("outside the function"));
+        assert!(err(o.add_call_site(f, 17, to(0x2000))).contains("in 1..=16"));
+        assert!(err(o.add_call_site(f, 5, to(0))).contains("Indirect"));
+        let bad_name = CallTarget::Symbol {
+            address: 0x2000,
+            name: "a\0b".into(),
+        };
+        assert!(err(o.add_call_site(f, 5, bad_name)).contains("NUL"));
+        assert_eq!(
+            o.functions().get(f).unwrap().calls(),
+            [],
+            "refused call sites are not kept"
+        );
+        // Recursion (the function's own entry), a local subroutine and a call as the last
+        // instruction are fine.
+        o.add_call_site(f, 5, to(0x1000)).unwrap();
+        o.add_call_site(f, 9, to(0x100c)).unwrap();
+        let order = err(o.add_call_site(f, 9, CallTarget::Indirect));
+        assert!(order.contains("increasing offset order"), "{order}");
+        o.add_tail_call(f, 16, to(0x2000)).unwrap();
+        let calls = o.functions().get(f).unwrap().calls();
+        assert_eq!(
+            calls
+                .iter()
+                .map(|c| (c.return_offset, c.tail_call))
+                .collect::<Vec<_>>(),
+            [(5, false), (9, false), (16, true)]
+        );
+        assert_eq!(calls[2].target.address(), Some(0x2000));
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub(super) struct Layout<'a> {
     pub runs: Vec<Run>,
     /// Compile units in order of their lowest address.
     pub units: Vec<Unit<'a>>,
+    /// Does any function have call sites?
+    pub has_calls: bool,
 }
 
 impl<'a> Layout<'a> {
@@ -53,7 +55,9 @@ impl<'a> Layout<'a> {
 
         let mut runs: Vec<Run> = Vec::new();
         let mut run_of = Vec::with_capacity(functions.len());
+        let mut has_calls = false;
         for f in &functions {
+            has_calls |= !f.calls().is_empty();
             match runs.last_mut() {
                 // Validation guarantees f.start() >= last.end (no overlap).
                 Some(last) if f.start() - last.end <= MAX_PADDING => last.end = f.end(),
@@ -93,6 +97,7 @@ impl<'a> Layout<'a> {
             run_of,
             runs,
             units,
+            has_calls,
         }
     }
 }

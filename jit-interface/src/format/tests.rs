@@ -4,7 +4,9 @@
 use super::wire::Writer;
 use super::*;
 use crate::error::Error;
-use crate::model::{Arch, BaseType, CfaBase, Frame, Location, UnwindRow, Variable, VariableKind};
+use crate::model::{
+    Arch, BaseType, CallTarget, CfaBase, Frame, Location, UnwindRow, Variable, VariableKind,
+};
 use crate::LineRow;
 
 fn rows(pairs: &[(u32, u32)]) -> Vec<LineRow> {
@@ -309,6 +311,20 @@ fn random_objects_round_trip() {
         done += 1;
     }
     assert!(done > 1000, "only {done} random objects were valid");
+}
+
+#[test]
+fn call_sites_are_left_out() {
+    let plain = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
+    let mut with = plain.clone();
+    with.add_call_site(0, 2, CallTarget::Address(0x1000))
+        .unwrap();
+    with.add_tail_call(1, 3, CallTarget::Indirect).unwrap();
+    assert_ne!(with, plain);
+    // The same bytes as without them, so the decoder gives the object without them.
+    let bytes = encode(&with, None).unwrap();
+    assert_eq!(bytes, encode(&plain, None).unwrap());
+    assert_eq!(decode(&bytes).unwrap().object, plain);
 }
 
 #[test]
