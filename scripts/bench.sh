@@ -210,10 +210,11 @@ def bt_section():
         cg = {k: sum(v.values()) / len(v) for k, v in rounds.items()}
         cg_spread = max((max(v.values()) - min(v.values())) / min(v.values()) * 100
                         for v in rounds.values())
+    bare = session("elf-no-call-sites", "without:jit without:native", False)
     w("## 4. Backtrace depth\n")
     w(f"`jit-interface/examples/deep_host.rs` stops with one thread {depth:,} JIT frames deep "
       "(real x86-64 code: four functions calling each other in frame-pointer frames, "
-      "registered with names, line rows and frame descriptions) and another thread "
+      "registered with names, line rows, frame descriptions and call sites) and another thread "
       f"{depth:,} native C frames deep (`deep_native.c`, `gcc -O2 -g`, same call cycle). "
       "`bt -frame-arguments none` of each thread is timed from GDB's Python, "
       f"alternately, after flushing GDB's frame cache, in {reps} rounds. Every timed "
@@ -252,14 +253,17 @@ def bt_section():
     row("compact", "our reader loaded", compact, "with:jit", "with:native", counted=True)
     row("ELF", "no reader", elf, "without:jit", "without:native")
     row("ELF", "our reader loaded", elf, "with:jit", "with:native")
+    row("ELF without call sites", "no reader", bare, "without:jit", "without:native")
     w("")
     w("ELF frames are unwound by GDB's own DWARF unwinder, which looks for tail-call frames "
-      "on every frame: when the caller's return address has no `DW_TAG_call_site` (gcc -O2 "
-      "emits them, our ELF payload has no call-site data to describe) GDB raises and catches "
-      "an internal error per frame (`set debug entry-values 1` shows \"cannot find "
-      "DW_TAG_call_site\" for each JIT frame). The same C built without call-site info "
-      "(`-fno-var-tracking`) costs GDB as much per frame as the ELF JIT frames. Compact "
-      "frames are unwound by the reader, which GDB tries first, so they skip that search.\n")
+      "on every frame: it looks up the call site the frame returned to in its caller. The "
+      "deep host declares its calls (`JitObject::add_call_site`), so the ELF payload has a "
+      "`DW_TAG_GNU_call_site` for each, naming the callee, and GDB finds it at once, as for "
+      "the native C code (gcc -O2 emits call sites). Without them (last row, same code "
+      "registered without call sites) GDB raises and catches an internal error per frame "
+      "(`set debug entry-values 1` shows \"cannot find DW_TAG_call_site\" for each JIT "
+      "frame). Compact frames are unwound by the reader, which GDB tries first, so they "
+      "skip that search and need no call sites.\n")
     w("Reader overhead on the native thread's backtrace (compact functions registered, so "
       "the reader's index is not empty), against the same backtrace with no reader loaded, "
       "next to two trivial readers: one that declines every frame at once (GDB's own cost "

@@ -132,6 +132,53 @@ fn c_host_bt() {
     scenario::backtrace(&h, "c-bt");
 }
 
+/// The host declares each JIT function's call through `jit_object_add_call_site` (two to
+/// JIT functions, two to native ones by name): GDB's search for the call site a frame was
+/// called from (`set debug entry-values 1`) succeeds for every frame called from JIT code.
+/// A failed search names the caller (`cannot find DW_TAG_call_site ADDR in jit_second`);
+/// `tests/deep_backtrace.rs` shows the same objects without call sites failing it.
+#[test]
+fn c_host_call_sites_are_found_by_gdb() {
+    let Some(h) = host() else { return };
+    let dir = TempDir::new("c-call-sites");
+    let layout = h.layout(dir.path());
+    let t = h
+        .gdb(dir.path(), "run")
+        .cmds([
+            "break jit_test_break_here",
+            "run",
+            "set debug entry-values 1",
+        ])
+        .cmd("maintenance flush register-cache")
+        .section("bt", ["bt -frame-arguments none"])
+        .run();
+    assert_chain(&t, "bt", &CHAIN, &layout);
+    let bt = t.section("bt");
+    eprintln!("backtrace seen:\n{bt}");
+    let failed: Vec<&str> = bt
+        .lines()
+        .filter(|l| {
+            !l.starts_with('#')
+                && JIT_FUNCTIONS
+                    .iter()
+                    .any(|f| l.ends_with(&format!(" in {f}")) || l.contains(&format!("\"{f}\"")))
+        })
+        .collect();
+    if !failed.is_empty() {
+        t.fail(&format!(
+            "searches for call sites in JIT code failed: {failed:?}"
+        ));
+    }
+    // Successful searches print this line: at least the four calls from JIT code.
+    let found = bt
+        .lines()
+        .filter(|l| l.trim() == "tailcall: initial:")
+        .count();
+    if found < 4 {
+        t.fail(&format!("{found} call sites found, not 4 or more"));
+    }
+}
+
 #[test]
 fn c_host_break_by_name() {
     let Some(h) = host() else { return };

@@ -114,3 +114,74 @@ fn ten_thousand_jit_frames_elf() {
     }
     deep_backtrace("elf");
 }
+
+/// GDB's DWARF unwinder searches every frame's caller for the call site it returned from
+/// (for tail-call frames). With the call sites the deep host declares, the search finds each
+/// one (`set debug entry-values 1` says `tailcall: initial:`, an empty chain of tail calls)
+/// instead of failing (`cannot find DW_TAG_call_site`) and recovering, as it does for the
+/// same ELF objects without call sites.
+fn entry_value_search(format: &str) {
+    const DEPTH: usize = 40;
+    let dir = TempDir::new(&format!("call-sites-{format}"));
+    let depth = DEPTH.to_string();
+    let t = Gdb::program(&deep_host(), &[format, &depth], dir.path())
+        .cmds(["break deep_host_stop", "run", "set debug entry-values 1"])
+        .cmd("maintenance flush register-cache")
+        .section("bt", ["bt -frame-arguments none"])
+        .run();
+    let frames = t.gdb_bt("bt");
+    let jit = frames
+        .iter()
+        .filter(|f| f.function.starts_with("jit_deep_"))
+        .count();
+    if jit != DEPTH || !frames.last().is_some_and(|f| f.function == "_start") {
+        t.fail(&format!("{jit} JIT frames, not {DEPTH}, or no _start"));
+    }
+    let section = t.section("bt");
+    // Calls from JIT code whose call site GDB could not find (the message names the caller).
+    let missed = section
+        .lines()
+        .filter(|l| l.contains("cannot find DW_TAG_call_site") && l.contains(" in jit_deep_"))
+        .count();
+    // Found ones print no caller name, but GDB searches for a frame's call site when it
+    // makes the frame: before the frame's `#N` line. Frames 0 to DEPTH - 1 are called from
+    // JIT code.
+    let (mut found, mut pending) = (0, 0);
+    for l in section.lines() {
+        if l.trim() == "tailcall: initial:" {
+            pending += 1;
+        } else if let Some(level) = parse_gdb_bt(l).first().map(|f| f.level as usize) {
+            if level < DEPTH {
+                found += pending;
+            }
+            pending = 0;
+        }
+    }
+    // Every callee of a JIT frame (`deep_host_stop` and all JIT frames but the outermost)
+    // is searched at least once (GDB may redo the innermost frame).
+    let (want, other) = if format == "elf" {
+        (found, missed)
+    } else {
+        (missed, found)
+    };
+    if want < DEPTH || other != 0 {
+        t.fail(&format!(
+            "{format}: {found} call sites found, {missed} not found; expected {DEPTH} or more {}",
+            if format == "elf" {
+                "found"
+            } else {
+                "not found"
+            }
+        ));
+    }
+}
+
+#[test]
+fn elf_call_sites_are_found_by_gdb() {
+    if !require_tool("gdb", "elf_call_sites_are_found_by_gdb") {
+        return;
+    }
+    entry_value_search("elf");
+    // The same objects without call sites: the search fails in every JIT frame.
+    entry_value_search("elf-no-call-sites");
+}

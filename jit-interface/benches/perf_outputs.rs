@@ -63,7 +63,7 @@ fn encode_dump(enc: &mut JitDumpEncoder, o: &JitObject, code: &mut Vec<u8>, out:
     out.clear();
     for (f, r) in o.functions().iter().zip(ranges) {
         let r = r.expect("bench code is readable");
-        enc.encode_function(Arch::X86_64, f, &code[r], 1, 1, out);
+        enc.encode_function(Arch::X86_64, &f, &code[r], 1, 1, out);
     }
 }
 

@@ -3,15 +3,16 @@
 //! frames deep, and beside it a native C recursion of the same depth.
 //!
 //! ```text
-//! deep_host compact|elf|none DEPTH [NATIVE_SO]
+//! deep_host compact|elf|elf-no-call-sites|none DEPTH [NATIVE_SO]
 //! ```
 //! - With NATIVE_SO (`deep_native.c` built as a shared library), a thread named
 //!   `native-deep` first runs its `native_deep_0(DEPTH - 1)`, a cycle of four C functions
 //!   each calling the next: DEPTH native frames, parked at the bottom in `deep_host_park`.
 //! - The main thread compiles the same cycle as JIT code, `jit_deep_0` .. `jit_deep_3`
 //!   (standard frame-pointer frames), registers the four functions in one object with names,
-//!   line rows (`deep.js`) and frame descriptions (format `none`: not registered), and runs
-//!   `jit_deep_0(DEPTH - 1)`: DEPTH JIT frames under `deep_host_stop`.
+//!   line rows (`deep.js`), frame descriptions and call sites (each calls the next function
+//!   or `deep_host_stop`; `elf-no-call-sites`: ELF without them; `none`: not registered),
+//!   and runs `jit_deep_0(DEPTH - 1)`: DEPTH JIT frames under `deep_host_stop`.
 //!
 //! GDB breaks on `deep_host_stop`: then one thread shows DEPTH JIT frames and the other
 //! DEPTH native frames, so both backtraces can be timed alternately in one GDB. In both
@@ -23,7 +24,7 @@ use code_buf::CodeBuf;
 use std::ffi::{c_void, CString};
 use std::sync::{Condvar, Mutex};
 
-use jit_interface::{Format, JitObject, LineRow};
+use jit_interface::{CallTarget, Format, JitObject, LineRow};
 
 /// GDB breaks here, at the bottom of the JIT recursion (called with 0; returns 1).
 #[no_mangle]
@@ -59,6 +60,8 @@ struct Compiled {
     /// (end of `pop rbp`, end of `ret`) per epilogue.
     epilogues: [(u32, u32); 2],
     lines: Vec<LineRow>,
+    /// Return offsets of the calls to the next function and to `deep_host_stop`.
+    calls: [u32; 2],
 }
 
 /// `jit_deep_i(n)`: `n == 0 ? deep_host_stop(0) : next(n - 1)` in a frame-pointer frame.
@@ -82,6 +85,7 @@ fn compile(next: u64, stop: u64) -> Compiled {
     c.extend([0x48, 0xb8]); // mov rax, next
     c.extend(next.to_le_bytes());
     c.extend([0xff, 0xd0]); // call rax
+    let call_next = c.len() as u32;
     line(&c, 4);
     c.push(0x5d); // pop rbp
     let first = (c.len() as u32, c.len() as u32 + 1);
@@ -90,6 +94,7 @@ fn compile(next: u64, stop: u64) -> Compiled {
     c.extend([0x48, 0xb8]); // base: mov rax, deep_host_stop (rdi is 0)
     c.extend(stop.to_le_bytes());
     c.extend([0xff, 0xd0]); // call rax
+    let call_stop = c.len() as u32;
     c.push(0x5d); // pop rbp
     let second = (c.len() as u32, c.len() as u32 + 1);
     c.push(0xc3); // ret
@@ -99,6 +104,7 @@ fn compile(next: u64, stop: u64) -> Compiled {
         code: c,
         epilogues: [first, second],
         lines,
+        calls: [call_next, call_stop],
     }
 }
 
@@ -114,7 +120,7 @@ fn load_code(fns: impl Fn(u64, usize) -> Compiled) -> (u64, Vec<Compiled>) {
     (base, compiled)
 }
 
-fn describe(base: u64, compiled: &[Compiled]) -> JitObject {
+fn describe(base: u64, compiled: &[Compiled], stop: u64, call_sites: bool) -> JitObject {
     let mut obj = JitObject::new();
     for (i, c) in compiled.iter().enumerate() {
         let name = format!("jit_deep_{i}");
@@ -126,6 +132,16 @@ fn describe(base: u64, compiled: &[Compiled]) -> JitObject {
         obj.set_frame_pointer(f, 1, 4).expect("frame");
         for (restore_end, ret_end) in c.epilogues {
             obj.add_epilogue(f, restore_end, ret_end).expect("epilogue");
+        }
+        if call_sites {
+            let next = base + ((i + 1) % CYCLE) as u64 * STRIDE;
+            obj.add_call_site(f, c.calls[0], CallTarget::Address(next))
+                .expect("call site");
+            let host = CallTarget::Symbol {
+                address: stop,
+                name: "deep_host_stop".into(),
+            };
+            obj.add_call_site(f, c.calls[1], host).expect("call site");
         }
         println!("jit-fn name={name} start={start:#x} size={}", c.code.len());
     }
@@ -152,15 +168,17 @@ fn native_entry(path: &str) -> Deep {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        eprintln!("usage: deep_host compact|elf|none DEPTH [NATIVE_SO]");
+        eprintln!("usage: deep_host compact|elf|elf-no-call-sites|none DEPTH [NATIVE_SO]");
         std::process::exit(2);
     }
     let format = match args[1].as_str() {
         "compact" => Some(Format::Compact),
-        "elf" => Some(Format::Elf),
+        "elf" | "elf-no-call-sites" => Some(Format::Elf),
         "none" => None,
-        f => panic!("format must be compact, elf or none, not {f}"),
+        f => panic!("format must be compact, elf, elf-no-call-sites or none, not {f}"),
     };
+    // The compact encoder leaves call sites out (GDB's reader API has no place for them).
+    let call_sites = args[1] != "elf-no-call-sites";
     let depth: i64 = args[2].parse().expect("DEPTH is a number");
     assert!(depth >= 1, "DEPTH must be at least 1");
 
@@ -184,7 +202,7 @@ fn main() {
     let stop = deep_host_stop as extern "C" fn(i64) -> i64 as usize as u64;
     let (base, compiled) =
         load_code(|base, i| compile(base + ((i + 1) % CYCLE) as u64 * STRIDE, stop));
-    let obj = describe(base, &compiled);
+    let obj = describe(base, &compiled, stop, call_sites);
     let registration = format.map(|f| jit_interface::register(&obj, f).expect("register"));
 
     // SAFETY: `base` holds `jit_deep_0`, which takes n in rdi and returns in rax (System V),

@@ -133,6 +133,22 @@ int32_t jit_object_add_block(struct jit_object *obj, int32_t fn, const char *nam
 int jit_object_add_variable(struct jit_object *obj, int32_t fn, const char *name, jit_var_kind kind, jit_base_type type, jit_location_kind location, int32_t value);
 
 /**
+ * Adds a call site to function `fn`: the call instruction ending at `return_offset` (the
+ * return address, relative to the function start) calls the function at `target`, or, if
+ * `tail_call` is nonzero, the jump ending there leaves for it (a tail call; declare all of a
+ * function's tail calls if you declare one). `target` is the callee's entry address, or 0
+ * if unknown (an indirect call); `target_name` is NULL or the callee's symbol name, for a
+ * callee outside the object (e.g. a native function of the host), which lets debuggers
+ * find it by name. Call sites are added in increasing `return_offset` order. ELF payloads
+ * only: compact payloads leave them out (GDB's reader API has no place for them). Returns
+ * 0, or -1.
+ *
+ * # Safety
+ * `obj` came from `jit_object_new`; `target_name` is NULL or a NUL-terminated string.
+ */
+int jit_object_add_call_site(struct jit_object *obj, int32_t fn, uint32_t return_offset, uint64_t target, const char *target_name, int tail_call);
+
+/**
  * Encodes `obj` in `format` and registers it with the debugger. Always consumes `obj` (also on
  * error). Returns a handle for `jit_unregister`, or NULL (see `jit_last_error`).
  *

@@ -12,7 +12,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::Error;
 use crate::model::{
-    BaseType, CfaBase, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
+    BaseType, CallTarget, CfaBase, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
 };
 use crate::registry::{register, Format, Registration};
 
@@ -347,6 +347,52 @@ pub unsafe extern "C" fn jit_object_add_variable(
                 location,
             },
         )?;
+        Ok(0)
+    })
+}
+
+/// Adds a call site to function `fn`: the call instruction ending at `return_offset` (the
+/// return address, relative to the function start) calls the function at `target`, or, if
+/// `tail_call` is nonzero, the jump ending there leaves for it (a tail call; declare all of a
+/// function's tail calls if you declare one). `target` is the callee's entry address, or 0
+/// if unknown (an indirect call); `target_name` is NULL or the callee's symbol name, for a
+/// callee outside the object (e.g. a native function of the host), which lets debuggers
+/// find it by name. Call sites are added in increasing `return_offset` order. ELF payloads
+/// only: compact payloads leave them out (GDB's reader API has no place for them). Returns
+/// 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `target_name` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_call_site(
+    obj: *mut jit_object,
+    r#fn: i32,
+    return_offset: u32,
+    target: u64,
+    target_name: *const c_char,
+    tail_call: c_int,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let target = match (target, target_name.is_null()) {
+            (0, true) => CallTarget::Indirect,
+            (0, false) => return Err(Error::BadRows {
+                function: format!("#{}", r#fn),
+                why: "a call site with a target name needs the target's address (0 means unknown)"
+                    .into(),
+            }),
+            (address, true) => CallTarget::Address(address),
+            (address, false) => CallTarget::Symbol {
+                address,
+                name: text(target_name, "target_name")?.into(),
+            },
+        };
+        let f = function_index(r#fn)?;
+        if tail_call != 0 {
+            o.add_tail_call(f, return_offset, target)?;
+        } else {
+            o.add_call_site(f, return_offset, target)?;
+        }
         Ok(0)
     })
 }

@@ -14,7 +14,8 @@ pub enum Error {
     Overlap { first: String, second: String },
     /// A function index that this object does not have.
     NoSuchFunction(usize),
-    /// Line rows, unwind rows or blocks that are out of order or outside their function.
+    /// Line rows, unwind rows, blocks or call sites that are out of order or outside their
+    /// function.
     BadRows { function: String, why: String },
     /// A source file name that is empty or contains a NUL byte.
     BadFileName(String),

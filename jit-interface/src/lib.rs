@@ -38,6 +38,7 @@
 //!
 //! ## Non-goals
 //! - Variables, parameters and types through compact records: GDB's reader API has none.
+//!   Call sites are left out of compact records too (the reader unwinds without them).
 //! - Debugging a stripped executable: GDB finds the interface by symbol name.
 //! - Other architectures than x86-64 for unwinding (aarch64 slots in beside it later).
 
@@ -65,8 +66,8 @@ pub use format::{
     decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
 };
 pub use model::{
-    Arch, BaseType, Block, CfaBase, Epilogue, Frame, Function, FunctionId, JitObject, LineRow,
-    Location, UnwindRow, Variable, VariableKind,
+    Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame, Function, FunctionId,
+    FunctionIter, Functions, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
 };
 #[cfg(feature = "runtime")]
 pub use registry::{flush, register, set_deferred, Deferral, Format, Registration};

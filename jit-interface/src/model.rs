@@ -5,8 +5,8 @@
 //! Every setter validates its input: a model that exists is one that can be encoded (except
 //! for format-specific limits, checked by the encoders).
 
-use std::cell::RefCell;
-use std::sync::Arc;
+use std::cell::Cell;
+use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 
@@ -131,7 +131,8 @@ impl Frame {
                 setup_end,
                 epilogues,
             } => {
-                let mut rows = vec![UnwindRow::X86_64_ENTRY];
+                let mut rows = Vec::with_capacity(3 + 2 * epilogues.len());
+                rows.push(UnwindRow::X86_64_ENTRY);
                 rows.push(UnwindRow {
                     offset: *push_end,
                     cfa_base: CfaBase::Sp,
@@ -257,22 +258,101 @@ pub struct Variable {
     pub location: Location,
 }
 
-/// One JIT-compiled function.
+/// Where a call goes (see [`CallSite`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CallTarget {
+    /// The callee's entry address. When a function of the debugger entry starts there (this
+    /// object's, or another's consolidated into the same entry), the ELF payload refers to
+    /// that function, which is what lets GDB match the call to its callee without an
+    /// exception per frame; otherwise it records the bare address, which GDB cannot use to
+    /// unwind (it evaluates call targets given as addresses only with the caller's registers).
+    Address(u64),
+    /// The callee's entry address and its symbol (linkage) name: for a function outside the
+    /// object, such as native code of the host or a function of another JIT object. The ELF
+    /// payload names it in a declaration, and GDB finds its address through the symbol
+    /// tables. Inside the entry, the function at `address` is referred to as for
+    /// [`CallTarget::Address`].
+    Symbol { address: u64, name: Box<str> },
+    /// Not known when the code was compiled: a call through a register or memory.
+    Indirect,
+}
+
+impl CallTarget {
+    /// The callee's entry address, if known.
+    pub fn address(&self) -> Option<u64> {
+        match self {
+            CallTarget::Address(a) | CallTarget::Symbol { address: a, .. } => Some(*a),
+            CallTarget::Indirect => None,
+        }
+    }
+}
+
+/// A call made by a function: where it returns to, and what it calls. Debuggers use call
+/// sites to tell which function a frame was called from (GDB: tail-call frames, entry
+/// values), and GDB's backtrace through ELF frames is cheaper with them (without one it
+/// searches for the call, fails and recovers, for every frame). ELF payloads only: the
+/// compact format has no place for them, and GDB does not need them there (see
+/// `docs/FORMAT.md`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct CallSite {
+    /// Offset from the function start of the return address: just after the call
+    /// instruction (for a tail call, just after the jump).
+    pub return_offset: u32,
+    pub target: CallTarget,
+    /// A tail call: a jump that replaces this function's frame with the callee's, so the
+    /// callee returns to this function's caller.
+    pub tail_call: bool,
+}
+
+/// One JIT-compiled function, as seen through its object: a cheap copyable view.
 ///
-/// Kept small (a runtime builds many of them, an object holds them in one vector): boxed
-/// slices rather than vectors, and the rarely used blocks and variables behind one pointer.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Function {
-    name: Box<str>,
+/// An object keeps the names of all its functions in one string and their line rows in one
+/// vector (a runtime adds many functions to an object: adding one then allocates nothing,
+/// amortised), so a function's name and rows are borrowed from the object.
+#[derive(Clone, Copy)]
+pub struct Function<'a> {
+    object: &'a JitObject,
+    entry: &'a Entry,
+}
+
+/// Where a name or a function's rows sit in its object's shared storage (32-bit: an
+/// object holds at most `MAX_STORED` bytes of names and rows of lines).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span {
+    at: u32,
+    len: u32,
+}
+
+impl Span {
+    fn range(self) -> std::ops::Range<usize> {
+        self.at as usize..self.end()
+    }
+    fn end(self) -> usize {
+        self.at as usize + self.len as usize
+    }
+}
+
+/// Most bytes of names, and most line rows, one object stores.
+const MAX_STORED: usize = u32::MAX as usize;
+
+/// `Entry::file` of a function without line rows. Never a file's index: every file takes
+/// at least one of the at most `MAX_STORED` bytes of text.
+const NO_FILE: u32 = u32::MAX;
+
+/// What an object stores for each function besides its share of the object's storage.
+#[derive(Debug, Clone)]
+struct Entry {
     start: u64,
     size: u32,
-    /// Shared with the other functions of the object that use the same file (most objects
-    /// use one), so that setting lines allocates no copy of the name per function.
-    file: Option<Arc<str>>,
-    lines: Box<[LineRow]>,
+    /// Index into `JitObject::files`, or `NO_FILE`.
+    file: u32,
+    /// In `JitObject::text`.
+    name: Span,
+    /// In `JitObject::rows`.
+    lines: Span,
     frame: Frame,
-    /// `None` while the function has neither blocks nor variables (never an empty box, so
-    /// that equality does not depend on how a function was built).
+    /// `None` while the function has no blocks, variables or call sites (never an empty box,
+    /// so that equality does not depend on how a function was built).
     extras: Option<Box<Extras>>,
 }
 
@@ -281,87 +361,205 @@ pub struct Function {
 struct Extras {
     blocks: Vec<Block>,
     variables: Vec<Variable>,
+    calls: Vec<CallSite>,
 }
 
-impl std::fmt::Debug for Function {
+impl std::fmt::Debug for Function<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Function")
-            .field("name", &self.name)
-            .field("start", &self.start)
-            .field("size", &self.size)
-            .field("file", &self.file)
-            .field("lines", &self.lines)
-            .field("frame", &self.frame)
+            .field("name", &self.name())
+            .field("start", &self.start())
+            .field("size", &self.size())
+            .field("file", &self.file())
+            .field("lines", &self.lines())
+            .field("frame", &self.frame())
             .field("blocks", &self.blocks())
             .field("variables", &self.variables())
+            .field("calls", &self.calls())
             .finish()
     }
 }
 
-impl Function {
+/// Functions are equal if everything they describe is (wherever their objects keep it).
+impl PartialEq for Function<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.start() == other.start()
+            && self.size() == other.size()
+            && self.name() == other.name()
+            && self.file() == other.file()
+            && self.lines() == other.lines()
+            && self.frame() == other.frame()
+            && self.entry.extras == other.entry.extras
+    }
+}
+
+impl Eq for Function<'_> {}
+
+impl std::hash::Hash for Function<'_> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name().hash(state);
+        self.start().hash(state);
+        self.size().hash(state);
+        self.file().hash(state);
+        self.lines().hash(state);
+        self.frame().hash(state);
+        self.entry.extras.hash(state);
+    }
+}
+
+impl<'a> Function<'a> {
     /// The function's (symbol) name.
-    pub fn name(&self) -> &str {
-        &self.name
+    pub fn name(&self) -> &'a str {
+        &self.object.text[self.entry.name.range()]
     }
     /// Address of the first instruction.
     pub fn start(&self) -> u64 {
-        self.start
+        self.entry.start
     }
     /// Size of the code in bytes.
     pub fn size(&self) -> u32 {
-        self.size
+        self.entry.size
     }
     /// One past the last byte of code.
     pub fn end(&self) -> u64 {
-        self.start + u64::from(self.size)
+        self.entry.start + u64::from(self.entry.size)
     }
     /// Source file of the line rows, if any were set.
-    pub fn file(&self) -> Option<&str> {
-        self.file.as_deref()
+    pub fn file(&self) -> Option<&'a str> {
+        let span = self.object.files.get(self.entry.file as usize)?;
+        Some(&self.object.text[span.range()])
+    }
+    /// Index of the source file among the object's files (`JitObject::file_count`), if any:
+    /// the same for every function of the object with the same file.
+    pub(crate) fn file_index(&self) -> Option<usize> {
+        (self.entry.file != NO_FILE).then_some(self.entry.file as usize)
     }
     /// Line rows, sorted by offset.
-    pub fn lines(&self) -> &[LineRow] {
-        &self.lines
+    pub fn lines(&self) -> &'a [LineRow] {
+        &self.object.rows[self.entry.lines.range()]
     }
     /// The frame description.
-    pub fn frame(&self) -> &Frame {
-        &self.frame
+    pub fn frame(&self) -> &'a Frame {
+        &self.entry.frame
     }
     /// Nested blocks; a block's parent comes before it.
-    pub fn blocks(&self) -> &[Block] {
-        self.extras.as_ref().map_or(&[], |e| &e.blocks)
+    pub fn blocks(&self) -> &'a [Block] {
+        self.entry.extras.as_ref().map_or(&[], |e| &e.blocks)
     }
     /// Parameters and locals.
-    pub fn variables(&self) -> &[Variable] {
-        self.extras.as_ref().map_or(&[], |e| &e.variables)
+    pub fn variables(&self) -> &'a [Variable] {
+        self.entry.extras.as_ref().map_or(&[], |e| &e.variables)
     }
-    fn extras_mut(&mut self) -> &mut Extras {
-        self.extras.get_or_insert_with(Box::default)
+    /// Call sites, in increasing return-offset order.
+    pub fn calls(&self) -> &'a [CallSite] {
+        self.entry.extras.as_ref().map_or(&[], |e| &e.calls)
     }
     /// Does the function contain `addr`?
     pub fn contains(&self, addr: u64) -> bool {
-        addr >= self.start && addr < self.end()
+        addr >= self.start() && addr < self.end()
     }
 }
 
-thread_local! {
-    /// The file name this thread gave `set_lines` last and did not find in the object: see
-    /// `JitObject::shared_file`.
-    static LAST_FILE: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
+/// The functions of a [`JitObject`], in the order they were added: a view that indexes
+/// ([`Functions::get`]) and iterates like a slice.
+#[derive(Clone, Copy)]
+pub struct Functions<'a> {
+    object: &'a JitObject,
 }
+
+impl<'a> Functions<'a> {
+    /// Number of functions.
+    pub fn len(&self) -> usize {
+        self.object.entries.len()
+    }
+    /// Does the object have no function?
+    pub fn is_empty(&self) -> bool {
+        self.object.entries.is_empty()
+    }
+    /// Function `f`, if the object has it.
+    pub fn get(&self, f: FunctionId) -> Option<Function<'a>> {
+        let entry = self.object.entries.get(f)?;
+        Some(Function {
+            object: self.object,
+            entry,
+        })
+    }
+    /// The first function added.
+    pub fn first(&self) -> Option<Function<'a>> {
+        self.get(0)
+    }
+    /// The functions in the order they were added.
+    pub fn iter(&self) -> FunctionIter<'a> {
+        FunctionIter {
+            object: self.object,
+            entries: self.object.entries.iter(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Functions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl<'a> IntoIterator for Functions<'a> {
+    type Item = Function<'a>;
+    type IntoIter = FunctionIter<'a>;
+    fn into_iter(self) -> FunctionIter<'a> {
+        self.iter()
+    }
+}
+
+/// Iterator over the functions of an object ([`Functions::iter`]).
+#[derive(Clone)]
+pub struct FunctionIter<'a> {
+    object: &'a JitObject,
+    entries: std::slice::Iter<'a, Entry>,
+}
+
+impl<'a> Iterator for FunctionIter<'a> {
+    type Item = Function<'a>;
+    fn next(&mut self) -> Option<Function<'a>> {
+        let entry = self.entries.next()?;
+        Some(Function {
+            object: self.object,
+            entry,
+        })
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.entries.size_hint()
+    }
+}
+
+impl DoubleEndedIterator for FunctionIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        let entry = self.entries.next_back()?;
+        Some(Function {
+            object: self.object,
+            entry,
+        })
+    }
+}
+
+impl ExactSizeIterator for FunctionIter<'_> {}
 
 /// Checks a name (function, block, variable or file): non-empty, no NUL.
+#[inline]
 fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
-    if s.is_empty() {
-        return Err(format!("{what} is empty"));
-    }
-    if has_nul(s.as_bytes()) {
-        return Err(format!(
-            "{what} `{}` contains a NUL byte",
-            s.replace('\0', "\\0")
-        ));
+    if s.is_empty() || has_nul(s.as_bytes()) {
+        return Err(text_error(what, s));
     }
     Ok(())
+}
+
+/// What is wrong with a name `check_text` refused.
+#[cold]
+fn text_error(what: &str, s: &str) -> String {
+    if s.is_empty() {
+        return format!("{what} is empty");
+    }
+    format!("{what} `{}` contains a NUL byte", s.replace('\0', "\\0"))
 }
 
 /// Does `b` contain a zero byte? Names are short and checked once per function: eight
@@ -369,17 +567,24 @@ fn check_text(what: &str, s: &str) -> std::result::Result<(), String> {
 fn has_nul(b: &[u8]) -> bool {
     const LOW: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
-    let mut words = b.chunks_exact(8);
-    let mut any = 0;
-    for w in words.by_ref() {
+    // The high bit of a byte of the result is set if that byte of x is zero (or, only
+    // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
+    let zero_in = |w: &[u8]| {
         let mut bytes = [0u8; 8];
         bytes.copy_from_slice(w);
         let x = u64::from_le_bytes(bytes);
-        // The high bit of a byte of the result is set if that byte of x is zero (or, only
-        // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
-        any |= x.wrapping_sub(LOW) & !x & HIGH;
+        x.wrapping_sub(LOW) & !x & HIGH
+    };
+    let Some(last) = b.len().checked_sub(8) else {
+        return b.iter().fold(false, |any, &c| any | (c == 0));
+    };
+    let mut any = 0;
+    for w in b.chunks_exact(8) {
+        any |= zero_in(w);
     }
-    any != 0 || words.remainder().contains(&0)
+    // The last eight bytes, overlapping the words before: they cover the rest.
+    any |= zero_in(&b[last..]);
+    any != 0
 }
 
 /// Validates line rows for a function of `size` bytes.
@@ -477,10 +682,110 @@ pub(crate) fn check_unwind_rows(rows: &[UnwindRow], size: u32) -> std::result::R
 }
 
 /// A batch of JIT-compiled functions that becomes one debugger entry.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+///
+/// The names of the functions and files are kept back to back in one string and the line
+/// rows of all functions in one vector, so that adding a function allocates nothing,
+/// amortised. Replacing the rows of a function other than the last leaves its old rows
+/// unused in the object until the object is dropped.
+#[derive(Clone)]
 pub struct JitObject {
     arch: Arch,
-    functions: Vec<Function>,
+    entries: Vec<Entry>,
+    /// Function and file names, back to back.
+    text: String,
+    /// Line rows of all functions.
+    rows: Vec<LineRow>,
+    /// Distinct source file names (in `text`), in order of first use by `set_lines`.
+    files: Vec<Span>,
+    /// Index of every file, once there are more than `SCAN_FILES`.
+    /// (Boxed: an object is kept whole by the registry for every ELF registration, and
+    /// few objects have this many files; a map inline would take 48 bytes of each.)
+    #[allow(clippy::box_collection)]
+    file_index: Option<Box<HashMap<Box<str>, u32>>>,
+    /// The file `set_lines` used last: most runtimes give one file to many functions in a
+    /// row.
+    last_file: u32,
+    /// Set by `merged` if the objects together hold more than `MAX_STORED` bytes of names
+    /// or line rows: `validate` refuses the object.
+    too_large: bool,
+}
+
+/// The emptied storage of an object, for the next object made on the same thread.
+#[derive(Default)]
+struct Storage {
+    entries: Vec<Entry>,
+    text: String,
+    rows: Vec<LineRow>,
+    files: Vec<Span>,
+}
+
+/// Most bytes of storage a dropped object leaves to the next: one huge object must not
+/// keep its memory after it is gone.
+const MAX_SPARE: usize = 1 << 20;
+
+thread_local! {
+    /// Storage of the object this thread dropped last. Runtimes build and register one
+    /// object after another: reusing its storage spares growing the next one again (copies
+    /// and fresh pages for every object).
+    static SPARE: Cell<Option<Storage>> = const { Cell::new(None) };
+}
+
+impl Drop for JitObject {
+    fn drop(&mut self) {
+        let bytes = self.entries.capacity() * std::mem::size_of::<Entry>()
+            + self.text.capacity()
+            + self.rows.capacity() * std::mem::size_of::<LineRow>()
+            + self.files.capacity() * std::mem::size_of::<Span>();
+        if bytes > MAX_SPARE {
+            return;
+        }
+        self.entries.clear();
+        self.text.clear();
+        self.rows.clear();
+        self.files.clear();
+        let storage = Storage {
+            entries: std::mem::take(&mut self.entries),
+            text: std::mem::take(&mut self.text),
+            rows: std::mem::take(&mut self.rows),
+            files: std::mem::take(&mut self.files),
+        };
+        // Nothing is kept by a thread that is exiting.
+        let _ = SPARE.try_with(|spare| spare.set(Some(storage)));
+    }
+}
+
+/// Files found by scanning; beyond, a hash map finds them.
+const SCAN_FILES: usize = 8;
+
+impl std::fmt::Debug for JitObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JitObject")
+            .field("arch", &self.arch)
+            .field("functions", &self.functions())
+            .finish()
+    }
+}
+
+/// Objects are equal if they describe the same functions in the same order (however their
+/// storage was filled).
+impl PartialEq for JitObject {
+    fn eq(&self, other: &Self) -> bool {
+        self.arch == other.arch
+            && self.entries.len() == other.entries.len()
+            && self.functions().iter().eq(other.functions().iter())
+    }
+}
+
+impl Eq for JitObject {}
+
+impl std::hash::Hash for JitObject {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.arch.hash(state);
+        self.entries.len().hash(state);
+        for f in self.functions() {
+            f.hash(state);
+        }
+    }
 }
 
 impl Default for JitObject {
@@ -500,9 +805,22 @@ impl JitObject {
 
     /// An empty object for `arch`.
     pub fn with_arch(arch: Arch) -> JitObject {
+        let spare = SPARE.try_with(Cell::take).ok().flatten();
+        let Storage {
+            entries,
+            text,
+            rows,
+            files,
+        } = spare.unwrap_or_default();
         JitObject {
             arch,
-            functions: Vec::new(),
+            entries,
+            text,
+            rows,
+            files,
+            file_index: None,
+            last_file: 0,
+            too_large: false,
         }
     }
 
@@ -512,12 +830,52 @@ impl JitObject {
     }
 
     /// The functions, in the order they were added.
-    pub fn functions(&self) -> &[Function] {
-        &self.functions
+    pub fn functions(&self) -> Functions<'_> {
+        Functions { object: self }
     }
 
-    fn function_mut(&mut self, f: FunctionId) -> Result<&mut Function> {
-        self.functions.get_mut(f).ok_or(Error::NoSuchFunction(f))
+    /// Number of distinct source files of the object's functions (a bound on
+    /// `Function::file_index`).
+    pub(crate) fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Bytes of names and number of line rows the object stores (at least those of its
+    /// functions): what an encoder's output is roughly proportional to.
+    pub(crate) fn stored_sizes(&self) -> (usize, usize) {
+        (self.text.len(), self.rows.len())
+    }
+
+    fn entry(&self, f: FunctionId) -> Result<&Entry> {
+        self.entries.get(f).ok_or(Error::NoSuchFunction(f))
+    }
+
+    fn name_of(&self, e: &Entry) -> &str {
+        &self.text[e.name.range()]
+    }
+
+    /// The error for bad rows (or blocks) of function `f`.
+    fn bad_rows(&self, f: FunctionId, why: String) -> Error {
+        Error::BadRows {
+            function: self.name_of(&self.entries[f]).to_string(),
+            why,
+        }
+    }
+
+    /// Appends `s` to the text.
+    fn push_text(&mut self, s: &str) -> Result<Span> {
+        let at = self.text.len();
+        if s.len() > MAX_STORED - at {
+            return Err(Error::TooLarge(format!(
+                "the names of one object take more than {MAX_STORED} bytes"
+            )));
+        }
+        self.text.push_str(s);
+        // Both fit: at + len <= MAX_STORED.
+        Ok(Span {
+            at: at as u32,
+            len: s.len() as u32,
+        })
     }
 
     /// Adds a function occupying `[start, start + size)` and returns its index. Overlaps
@@ -536,68 +894,115 @@ impl JitObject {
                 "function `{name}` has {size} bytes; at most 4 GiB per function"
             ))
         })?;
-        self.functions.push(Function {
-            name: name.into(),
+        let name = self.push_text(name)?;
+        self.entries.push(Entry {
             start,
             size,
-            file: None,
-            lines: Box::default(),
+            file: NO_FILE,
+            name,
+            lines: Span::default(),
             frame: Frame::Default,
             extras: None,
         });
-        Ok(self.functions.len() - 1)
+        Ok(self.entries.len() - 1)
     }
 
     /// Sets the source file and line rows of function `f` (replacing earlier ones).
     /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
-        check_text("the file name", file).map_err(Error::BadFileName)?;
-        let func = self.function_mut(f)?;
-        if let Err(why) = check_line_rows(rows, func.size) {
-            return Err(Error::BadRows {
-                function: func.name.to_string(),
-                why,
-            });
+        // A file the object has is known to be a good name.
+        let known = self.find_file(file);
+        if known.is_none() {
+            check_text("the file name", file).map_err(Error::BadFileName)?;
         }
-        let file = self.shared_file(f, file);
-        let func = &mut self.functions[f];
-        func.file = Some(file);
-        func.lines = rows.into();
+        let e = self.entry(f)?;
+        if let Err(why) = check_line_rows(rows, e.size) {
+            return Err(self.bad_rows(f, why));
+        }
+        // Rows replacing the last rows stored take their place.
+        let old = e.lines;
+        let at = if old.len > 0 && old.end() == self.rows.len() {
+            old.at as usize
+        } else {
+            self.rows.len()
+        };
+        if rows.len() > MAX_STORED - at {
+            return Err(Error::TooLarge(format!(
+                "the line rows of one object number more than {MAX_STORED}"
+            )));
+        }
+        let file = match known {
+            Some(i) => i,
+            None => self.add_file(file)?,
+        };
+        self.last_file = file;
+        self.rows.truncate(at);
+        self.rows.extend_from_slice(rows);
+        let e = &mut self.entries[f];
+        e.file = file;
+        // Both fit: at + len <= MAX_STORED.
+        e.lines = Span {
+            at: at as u32,
+            len: rows.len() as u32,
+        };
         Ok(())
     }
 
-    /// `file` as a shared name: most objects use one file or a few, and a runtime that
-    /// registers functions one per object uses the same files again and again, so the name
-    /// of a recently added function of this object, or else the name this thread used
-    /// last, almost always matches (a miss only costs a copy).
-    fn shared_file(&self, f: FunctionId, file: &str) -> Arc<str> {
-        let own = self.functions.get(f).and_then(|g| g.file.as_ref());
-        let recent = self
-            .functions
-            .iter()
-            .rev()
-            .take(4)
-            .filter_map(|g| g.file.as_ref());
-        if let Some(name) = own.into_iter().chain(recent).find(|name| ***name == *file) {
-            return name.clone();
-        }
-        LAST_FILE.with(|last| {
-            let mut last = last.borrow_mut();
-            match &*last {
-                Some(name) if **name == *file => name.clone(),
-                _ => last.insert(Arc::from(file)).clone(),
+    /// Index of `file` among the object's files, if it is one of them.
+    #[inline]
+    fn find_file(&self, file: &str) -> Option<u32> {
+        // As bytes: spans are on character boundaries anyway.
+        let name = |s: Span| self.text.as_bytes().get(s.range());
+        let file_bytes = Some(file.as_bytes());
+        if let Some(&s) = self.files.get(self.last_file as usize) {
+            if name(s) == file_bytes {
+                return Some(self.last_file);
             }
-        })
+        }
+        match &self.file_index {
+            Some(index) => index.get(file).copied(),
+            // At most `SCAN_FILES` files.
+            None => (0..)
+                .zip(&self.files)
+                .find(|&(_, &s)| name(s) == file_bytes)
+                .map(|(i, _)| i),
+        }
+    }
+
+    /// Adds `file` (not one of the object's files yet) to the files; returns its index.
+    fn add_file(&mut self, file: &str) -> Result<u32> {
+        let span = self.push_text(file)?;
+        // Below NO_FILE: every file has bytes of text of its own.
+        let i = self.files.len() as u32;
+        self.files.push(span);
+        self.index_file(file, i);
+        Ok(i)
+    }
+
+    /// Enters `file`, file `i`, in the index once there are too many files to scan.
+    fn index_file(&mut self, file: &str, i: u32) {
+        if self.files.len() <= SCAN_FILES {
+            return;
+        }
+        let (text, files) = (&self.text, &self.files);
+        let index = self.file_index.get_or_insert_with(|| {
+            Box::new(
+                (0..)
+                    .zip(files)
+                    .map(|(i, s)| (Box::from(&text[s.range()]), i))
+                    .collect(),
+            )
+        });
+        index.insert(file.into(), i);
     }
 
     /// Sets explicit frame-description rows for function `f`.
     pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
-        let func = self.function_mut(f)?;
-        check_unwind_rows(rows, func.size).map_err(|why| Error::BadRows {
-            function: func.name.to_string(),
-            why,
-        })?;
-        func.frame = Frame::Rows(rows.to_vec());
+        let e = self.entry(f)?;
+        if let Err(why) = check_unwind_rows(rows, e.size) {
+            return Err(self.bad_rows(f, why));
+        }
+        self.entries[f].frame = Frame::Rows(rows.to_vec());
         Ok(())
     }
 
@@ -609,17 +1014,16 @@ impl JitObject {
         push_end: u32,
         setup_end: u32,
     ) -> Result<()> {
-        let func = self.function_mut(f)?;
-        if push_end == 0 || setup_end < push_end || setup_end >= func.size {
-            return Err(Error::BadRows {
-                function: func.name.to_string(),
-                why: format!(
-                    "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({})",
-                    func.size
+        let size = self.entry(f)?.size;
+        if push_end == 0 || setup_end < push_end || setup_end >= size {
+            return Err(self.bad_rows(
+                f,
+                format!(
+                    "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({size})"
                 ),
-            });
+            ));
         }
-        func.frame = Frame::FramePointer {
+        self.entries[f].frame = Frame::FramePointer {
             push_end,
             setup_end,
             epilogues: Vec::new(),
@@ -630,33 +1034,31 @@ impl JitObject {
     /// Adds an epilogue to a frame-pointer function (after [`Self::set_frame_pointer`]):
     /// `restore_end` just after `pop rbp` / `leave`, `ret_end` just after the `ret`.
     pub fn add_epilogue(&mut self, f: FunctionId, restore_end: u32, ret_end: u32) -> Result<()> {
-        let func = self.function_mut(f)?;
-        let name = func.name.to_string();
-        let size = func.size;
-        let bad = |why: String| Error::BadRows {
-            function: name.clone(),
-            why,
-        };
+        let e = self.entry(f)?;
+        let size = e.size;
         let Frame::FramePointer {
             setup_end,
             epilogues,
             ..
-        } = &mut func.frame
+        } = &e.frame
         else {
-            return Err(bad(
+            return Err(self.bad_rows(
+                f,
                 "an epilogue needs a frame-pointer description first (set_frame_pointer)".into(),
             ));
         };
         let after = epilogues.last().map_or(*setup_end, |e| e.ret_end);
         if restore_end <= after || ret_end <= restore_end || ret_end > size {
-            return Err(bad(format!(
+            return Err(self.bad_rows(f, format!(
                 "epilogue restore_end {restore_end}, ret_end {ret_end} must satisfy {after} < restore_end < ret_end <= size ({size}), in address order"
             )));
         }
-        epilogues.push(Epilogue {
-            restore_end,
-            ret_end,
-        });
+        if let Frame::FramePointer { epilogues, .. } = &mut self.entries[f].frame {
+            epilogues.push(Epilogue {
+                restore_end,
+                ret_end,
+            });
+        }
         Ok(())
     }
 
@@ -671,34 +1073,41 @@ impl JitObject {
         end: u32,
         parent: Option<u32>,
     ) -> Result<u32> {
-        let func = self.function_mut(f)?;
-        let bad = |why: String| Error::BadRows {
-            function: func.name.to_string(),
-            why,
+        let e = self.entry(f)?;
+        let func = Function {
+            object: self,
+            entry: e,
         };
-        check_text("the block name", name).map_err(&bad)?;
-        if start >= end || end > func.size {
-            return Err(bad(format!(
-                "block `{name}` [{start}, {end}) must be non-empty and inside the function (size {})",
-                func.size
-            )));
+        check_text("the block name", name).map_err(|why| self.bad_rows(f, why))?;
+        if start >= end || end > e.size {
+            return Err(self.bad_rows(
+                f,
+                format!(
+                    "block `{name}` [{start}, {end}) must be non-empty and inside the function (size {})",
+                    e.size
+                ),
+            ));
         }
         if let Some(p) = parent {
             let Some(pb) = func.blocks().get(p as usize) else {
-                return Err(bad(format!(
-                    "block `{name}`: parent block {p} does not exist"
-                )));
+                return Err(self.bad_rows(
+                    f,
+                    format!("block `{name}`: parent block {p} does not exist"),
+                ));
             };
             if start < pb.start || end > pb.end {
-                return Err(bad(format!(
-                    "block `{name}` [{start}, {end}) is not inside its parent `{}` [{}, {})",
-                    pb.name, pb.start, pb.end
-                )));
+                return Err(self.bad_rows(
+                    f,
+                    format!(
+                        "block `{name}` [{start}, {end}) is not inside its parent `{}` [{}, {})",
+                        pb.name, pb.start, pb.end
+                    ),
+                ));
             }
         }
         let index = u32::try_from(func.blocks().len())
             .map_err(|_| Error::TooLarge("more than 2^32 blocks".into()))?;
-        func.extras_mut().blocks.push(Block {
+        self.extras_mut(f).blocks.push(Block {
             name: name.into(),
             start,
             end,
@@ -709,12 +1118,12 @@ impl JitObject {
 
     /// Adds a parameter or local variable to function `f` (ELF payloads only).
     pub fn add_variable(&mut self, f: FunctionId, var: Variable) -> Result<()> {
-        let func = self.function_mut(f)?;
+        let e = self.entry(f)?;
         let bad = |why: String| Error::BadVariable {
-            function: func.name.to_string(),
+            function: self.name_of(e).to_string(),
             why,
         };
-        check_text("the variable name", &var.name).map_err(&bad)?;
+        check_text("the variable name", &var.name).map_err(bad)?;
         if let Location::Register(r) = var.location {
             if r > 127 {
                 return Err(bad(format!(
@@ -723,29 +1132,125 @@ impl JitObject {
                 )));
             }
         }
-        func.extras_mut().variables.push(var);
+        self.extras_mut(f).variables.push(var);
         Ok(())
+    }
+
+    /// Adds a call site to function `f`: the call instruction ending at `return_offset` (the
+    /// return address, relative to the function start) calls `target`. Call sites are added
+    /// in increasing `return_offset` order. ELF payloads only (the compact encoder leaves
+    /// them out: see [`CallSite`]).
+    pub fn add_call_site(
+        &mut self,
+        f: FunctionId,
+        return_offset: u32,
+        target: CallTarget,
+    ) -> Result<()> {
+        self.push_call_site(
+            f,
+            CallSite {
+                return_offset,
+                target,
+                tail_call: false,
+            },
+        )
+    }
+
+    /// Adds a tail call to function `f`: the jump ending at `jump_end` leaves the function
+    /// for `target`, which returns to `f`'s caller. A function that declares a tail call
+    /// declares all of them: debuggers take its list of tail calls as complete, and show a
+    /// frame for `f` between its caller and the callee only when the list says how it got
+    /// there.
+    pub fn add_tail_call(
+        &mut self,
+        f: FunctionId,
+        jump_end: u32,
+        target: CallTarget,
+    ) -> Result<()> {
+        self.push_call_site(
+            f,
+            CallSite {
+                return_offset: jump_end,
+                target,
+                tail_call: true,
+            },
+        )
+    }
+
+    fn push_call_site(&mut self, f: FunctionId, site: CallSite) -> Result<()> {
+        let e = self.entry(f)?;
+        let func = Function {
+            object: self,
+            entry: e,
+        };
+        let bad = |why: String| self.bad_rows(f, why);
+        let kind = if site.tail_call {
+            "tail call"
+        } else {
+            "call site"
+        };
+        let at = site.return_offset;
+        let size = func.size();
+        if at == 0 || at > size {
+            return Err(bad(format!(
+                "{kind} returning to offset {at} is outside the function: the return offset is just after the call instruction, in 1..={size} (size {size})"
+            )));
+        }
+        if let Some(prev) = func.calls().last().filter(|p| at <= p.return_offset) {
+            return Err(bad(format!(
+                "{kind} returning to offset {at} does not come after the call site at offset {}: add call sites in increasing offset order, one per call instruction",
+                prev.return_offset
+            )));
+        }
+        match &site.target {
+            CallTarget::Address(0) | CallTarget::Symbol { address: 0, .. } => {
+                return Err(bad(format!(
+                    "{kind} at offset {at}: target address 0 is no function entry (use CallTarget::Indirect for an unknown target)"
+                )));
+            }
+            CallTarget::Symbol { name, .. } => {
+                check_text("the call target's name", name)
+                    .map_err(|why| bad(format!("{kind} at offset {at}: {why}")))?;
+            }
+            _ => {}
+        }
+        // A target need not be a function's start: code may call a local subroutine or a
+        // secondary entry. The ELF payload then describes it by address or name.
+        self.extras_mut(f).calls.push(site);
+        Ok(())
+    }
+
+    /// The extras of function `f` (which exists), created if it had none.
+    fn extras_mut(&mut self, f: FunctionId) -> &mut Extras {
+        self.entries[f].extras.get_or_insert_with(Box::default)
     }
 
     /// Checks what can only be checked on the whole object: it has functions, they do not
     /// overlap. Encoders call this.
     pub fn validate(&self) -> Result<()> {
-        if self.functions.is_empty() {
+        let entries = &self.entries;
+        if entries.is_empty() {
             return Err(Error::EmptyObject);
+        }
+        if self.too_large {
+            return Err(Error::TooLarge(format!(
+                "the objects merged into one hold more than {MAX_STORED} bytes of names or line rows"
+            )));
         }
         // Runtimes usually add functions in address order: then one pass proves that none
         // overlap (each starts at or after the end of the one before, so ends increase too).
-        if self.functions.windows(2).all(|w| w[1].start >= w[0].end()) {
+        let end = |e: &Entry| e.start + u64::from(e.size);
+        if entries.windows(2).all(|w| w[1].start >= end(&w[0])) {
             return Ok(());
         }
-        let mut order: Vec<usize> = (0..self.functions.len()).collect();
-        order.sort_by_key(|&i| self.functions[i].start);
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by_key(|&i| entries[i].start);
         for w in order.windows(2) {
-            let (a, b) = (&self.functions[w[0]], &self.functions[w[1]]);
-            if b.start < a.end() {
+            let (a, b) = (&entries[w[0]], &entries[w[1]]);
+            if b.start < end(a) {
                 return Err(Error::Overlap {
-                    first: a.name.to_string(),
-                    second: b.name.to_string(),
+                    first: self.name_of(a).to_string(),
+                    second: self.name_of(b).to_string(),
                 });
             }
         }
@@ -756,23 +1261,75 @@ impl JitObject {
     /// consolidates many small registrations into one debugger entry). Not validated: the
     /// encoder does that.
     #[cfg(feature = "runtime")]
-    pub(crate) fn merged<'a>(
-        arch: Arch,
-        objects: impl IntoIterator<Item = &'a JitObject>,
-    ) -> JitObject {
-        JitObject {
-            arch,
-            functions: objects
-                .into_iter()
-                .flat_map(|o| o.functions.iter().cloned())
-                .collect(),
+    pub(crate) fn merged<'a, I>(arch: Arch, objects: I) -> JitObject
+    where
+        I: IntoIterator<Item = &'a JitObject>,
+        I::IntoIter: Clone,
+    {
+        let objects = objects.into_iter();
+        let mut out = JitObject::with_arch(arch);
+        // Room for everything at once (a merge is of many small objects).
+        let total = |len: fn(&JitObject) -> usize| objects.clone().map(len).sum::<usize>();
+        out.entries.reserve(total(|o| o.entries.len()));
+        out.text.reserve(total(|o| o.text.len()));
+        out.rows.reserve(total(|o| o.rows.len()));
+        // Each object's file indices in `out`.
+        let mut few = [NO_FILE; SCAN_FILES];
+        let mut many = Vec::new();
+        for o in objects {
+            // The storage is copied whole and the entries shifted to their new place.
+            let (text_at, rows_at) = (out.text.len(), out.rows.len());
+            if o.text.len() > MAX_STORED - text_at || o.rows.len() > MAX_STORED - rows_at {
+                out.too_large = true;
+                break;
+            }
+            out.text.push_str(&o.text);
+            out.rows.extend_from_slice(&o.rows);
+            // Both fit in 32 bits, as does every offset into them.
+            let (text_at, rows_at) = (text_at as u32, rows_at as u32);
+            let files: &mut [u32] = if o.files.len() <= few.len() {
+                &mut few[..o.files.len()]
+            } else {
+                many.resize(o.files.len(), NO_FILE);
+                &mut many
+            };
+            for (slot, &s) in files.iter_mut().zip(&o.files) {
+                let name = &o.text[s.range()];
+                *slot = out.find_file(name).unwrap_or_else(|| {
+                    // The name is in the copied text already: share it.
+                    let i = out.files.len() as u32;
+                    out.files.push(Span {
+                        at: text_at + s.at,
+                        ..s
+                    });
+                    out.index_file(name, i);
+                    i
+                });
+            }
+            out.entries.extend(o.entries.iter().map(|e| Entry {
+                name: Span {
+                    at: text_at + e.name.at,
+                    ..e.name
+                },
+                lines: Span {
+                    at: rows_at + e.lines.at,
+                    ..e.lines
+                },
+                file: files.get(e.file as usize).copied().unwrap_or(NO_FILE),
+                ..e.clone()
+            }));
         }
+        out
     }
 
     /// Lowest start and highest end over all functions (`None` if empty).
     pub fn address_range(&self) -> Option<(u64, u64)> {
-        let lo = self.functions.iter().map(|f| f.start).min()?;
-        let hi = self.functions.iter().map(|f| f.end()).max()?;
+        let lo = self.entries.iter().map(|e| e.start).min()?;
+        let hi = self
+            .entries
+            .iter()
+            .map(|e| e.start + u64::from(e.size))
+            .max()?;
         Some((lo, hi))
     }
 }
@@ -869,7 +1426,7 @@ mod tests {
             o.set_lines(f, file, &rows).unwrap();
         }
         fn file(o: &JitObject, i: usize) -> &str {
-            o.functions()[i].file().unwrap()
+            o.functions().get(i).unwrap().file().unwrap()
         }
         assert_eq!(
             (0..5).map(|i| file(&o, i)).collect::<Vec<_>>(),
@@ -888,7 +1445,96 @@ mod tests {
         let bad = [LineRow { offset: 0, line: 0 }];
         assert!(o.set_lines(1, "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
-        assert_eq!(o.functions()[1].lines(), rows);
+        assert_eq!(o.functions().get(1).unwrap().lines(), rows);
+    }
+
+    /// Builds `rows_of.len()` functions 16 bytes apart, function i with `rows_of[i]` (a line
+    /// number each, at offsets 0, 2, ...) in file `files[i]`.
+    fn object_with(rows_of: &[&[u32]], files: &[&str]) -> JitObject {
+        let mut o = JitObject::new();
+        for (i, lines) in rows_of.iter().enumerate() {
+            let f = o
+                .add_function(&format!("f{i}"), 0x1000 + 16 * i as u64, 16)
+                .unwrap();
+            let rows: Vec<LineRow> = (0..)
+                .zip(lines.iter())
+                .map(|(k, &line)| LineRow {
+                    offset: 2 * k,
+                    line,
+                })
+                .collect();
+            o.set_lines(f, files[i], &rows).unwrap();
+        }
+        o
+    }
+
+    #[test]
+    fn replacing_rows_and_reusing_storage_leave_objects_as_described() {
+        let want = object_with(&[&[5, 6], &[7], &[9, 10, 11]], &["a.js", "b.js", "a.js"]);
+        let row = |offset, line| LineRow { offset, line };
+        let mut o = JitObject::new();
+        let f0 = o.add_function("f0", 0x1000, 16).unwrap();
+        o.set_lines(f0, "x.js", &[row(0, 1), row(2, 2), row(4, 3)])
+            .unwrap();
+        // The last rows stored: replaced in place.
+        o.set_lines(f0, "c.js", &[row(0, 1)]).unwrap();
+        let f1 = o.add_function("f1", 0x1010, 16).unwrap();
+        o.set_lines(f1, "b.js", &[row(0, 7)]).unwrap();
+        let f2 = o.add_function("f2", 0x1020, 16).unwrap();
+        o.set_lines(f2, "a.js", &[row(0, 1)]).unwrap();
+        // Not the last rows: stored anew.
+        o.set_lines(f0, "a.js", &[row(0, 5), row(2, 6)]).unwrap();
+        o.set_lines(f2, "a.js", &[row(0, 9), row(2, 10), row(4, 11)])
+            .unwrap();
+        assert_eq!(o, want);
+        assert_eq!(format!("{o:?}"), format!("{want:?}"));
+        let hash = |o: &JitObject| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            o.hash(&mut h);
+            h.finish()
+        };
+        assert_eq!(hash(&o), hash(&want));
+        let f = o.functions().get(2).unwrap();
+        assert_eq!(
+            (f.name(), f.file(), f.lines().len()),
+            ("f2", Some("a.js"), 3)
+        );
+        // A dropped object's storage goes to the next object of this thread, empty.
+        drop(o);
+        let again = JitObject::new();
+        assert!(again.functions().is_empty());
+        assert_eq!(again, JitObject::new());
+        drop(again);
+        let rebuilt = object_with(&[&[5, 6], &[7], &[9, 10, 11]], &["a.js", "b.js", "a.js"]);
+        assert_eq!(rebuilt, want);
+        assert_eq!(rebuilt.file_count(), 2);
+    }
+
+    #[test]
+    fn many_files_are_found_again() {
+        let files: Vec<String> = (0..40).map(|i| format!("m{}.js", i % 20)).collect();
+        let names: Vec<&str> = files.iter().map(String::as_str).collect();
+        let rows: Vec<&[u32]> = vec![&[3]; 40];
+        let o = object_with(&rows, &names);
+        assert_eq!(o.file_count(), 20);
+        for (i, f) in o.functions().iter().enumerate() {
+            assert_eq!(f.file(), Some(names[i]));
+            assert_eq!(f.file_index(), Some(i % 20));
+        }
+    }
+
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn merged_objects_keep_every_function_and_share_files() {
+        let a = object_with(&[&[1, 2], &[3]], &["a.js", "b.js"]);
+        let b = object_with(&[&[4], &[5, 6, 7]], &["b.js", "c.js"]);
+        let m = JitObject::merged(Arch::HOST, [&a, &b]);
+        let all: Vec<_> = a.functions().iter().chain(b.functions().iter()).collect();
+        assert_eq!(m.functions().iter().collect::<Vec<_>>(), all);
+        assert_eq!(m.file_count(), 3);
+        let file_of = |o: &JitObject, i: usize| o.functions().get(i).unwrap().file_index();
+        assert_eq!(file_of(&m, 1), file_of(&m, 2), "b.js once");
     }
 
     #[test]
@@ -906,13 +1552,50 @@ mod tests {
     }
 
     #[test]
+    fn call_sites_are_checked() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 16).unwrap();
+        let err = |r: Result<()>| r.unwrap_err().to_string();
+        let to = CallTarget::Address;
+        assert!(err(o.add_call_site(f, 0, to(0x2000))).contains("outside the function"));
+        assert!(err(o.add_call_site(f, 17, to(0x2000))).contains("in 1..=16"));
+        assert!(err(o.add_call_site(f, 5, to(0))).contains("Indirect"));
+        let bad_name = CallTarget::Symbol {
+            address: 0x2000,
+            name: "a\0b".into(),
+        };
+        assert!(err(o.add_call_site(f, 5, bad_name)).contains("NUL"));
+        assert_eq!(
+            o.functions().get(f).unwrap().calls(),
+            [],
+            "refused call sites are not kept"
+        );
+        // Recursion (the function's own entry), a local subroutine and a call as the last
+        // instruction are fine.
+        o.add_call_site(f, 5, to(0x1000)).unwrap();
+        o.add_call_site(f, 9, to(0x100c)).unwrap();
+        let order = err(o.add_call_site(f, 9, CallTarget::Indirect));
+        assert!(order.contains("increasing offset order"), "{order}");
+        o.add_tail_call(f, 16, to(0x2000)).unwrap();
+        let calls = o.functions().get(f).unwrap().calls();
+        assert_eq!(
+            calls
+                .iter()
+                .map(|c| (c.return_offset, c.tail_call))
+                .collect::<Vec<_>>(),
+            [(5, false), (9, false), (16, true)]
+        );
+        assert_eq!(calls[2].target.address(), Some(0x2000));
+    }
+
+    #[test]
     fn frame_pointer_rows() {
         let mut o = JitObject::new();
         let f = o.add_function("f", 0x1000, 20).unwrap();
         o.set_frame_pointer(f, 1, 4).unwrap();
         o.add_epilogue(f, 10, 11).unwrap();
         o.add_epilogue(f, 18, 19).unwrap();
-        let rows = o.functions()[f].frame().rows(Arch::X86_64, 20);
+        let rows = o.functions().get(f).unwrap().frame().rows(Arch::X86_64, 20);
         let offs: Vec<u32> = rows.iter().map(|r| r.offset).collect();
         assert_eq!(offs, vec![0, 1, 4, 10, 11, 18, 19]);
         check_unwind_rows(&rows, 20).unwrap();

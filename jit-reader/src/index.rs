@@ -119,7 +119,9 @@ impl Table {
                 prev = None;
             }
             for j in 0..fns.len() {
-                let f = &fns[order.as_ref().map_or(j, |v| v[j])];
+                let Some(f) = fns.get(order.as_ref().map_or(j, |v| v[j])) else {
+                    continue;
+                };
                 let last = funcs.last().zip(prev);
                 if let Some(rec) = fn_rec(records, f, arch, &mut names, &mut rows, last) {
                     funcs.push(rec);

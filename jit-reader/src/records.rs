@@ -461,7 +461,11 @@ mod tests {
         let a = &r.functions(&r.objects[0])[0];
         assert_eq!(
             r.frame_rows(a, Arch::X86_64),
-            o.functions()[0].frame().rows(Arch::X86_64, 0x40)
+            o.functions()
+                .get(0)
+                .unwrap()
+                .frame()
+                .rows(Arch::X86_64, 0x40)
         );
         // A bundle with a live check, and an object with explicit rows (left to the model).
         let mut rows = JitObject::new();

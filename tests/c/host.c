@@ -39,7 +39,18 @@ struct jit_fn {
     uint32_t push_end, setup_end, restore_end, ret_end;
     jit_unwind_row rows[4];
     int nrows;
+    /* Its one call: return offset, callee entry, callee symbol name (NULL: a JIT function). */
+    uint32_t call_end;
+    uint64_t call_target;
+    const char *call_name;
 };
+
+/* Records the call instruction just emitted. */
+static void called(struct jit_fn *f, uint64_t target, const char *name) {
+    f->call_end = f->len;
+    f->call_target = target;
+    f->call_name = name;
+}
 
 static void insn(struct jit_fn *f, const uint8_t *bytes, size_t n) {
     f->insns[f->ninsns++] = f->len;
@@ -166,6 +177,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     line(second, 18);
     mov_rax_imm64(second, (uint64_t)(uintptr_t)&jit_test_break_here);
     I(second, 0xff, 0xd0); /* call rax */
+    called(second, (uint64_t)(uintptr_t)&jit_test_break_here, "jit_test_break_here");
     line(second, 19);
     epilogue(second, 0);
     second->offset = next;
@@ -181,6 +193,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     line(frameless, 13);
     mov_rax_imm64(frameless, (uint64_t)(uintptr_t)&jit_test_callback);
     I(frameless, 0xff, 0xd0);                 /* call rax */
+    called(frameless, (uint64_t)(uintptr_t)&jit_test_callback, "jit_test_callback");
     I(frameless, 0x48, 0x03, 0x44, 0x24, 8);  /* add rax, [rsp+8] */
     line(frameless, 14);
     I(frameless, 0x48, 0x83, 0xc4, 24); /* add rsp, 24 */
@@ -199,6 +212,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     I(middle, 0x48, 0x83, 0xc7, 1); /* add rdi, 1 */
     line(middle, 8);
     call_rel(middle, base + middle->offset, base + frameless->offset);
+    called(middle, base + frameless->offset, NULL);
     I(middle, 0x48, 0x03, 0x45, 0xf8); /* add rax, [rbp-8] */
     line(middle, 9);
     I(middle, 0x48, 0x83, 0xc4, 16); /* add rsp, 16 */
@@ -211,6 +225,7 @@ static void compile(uint64_t base, struct jit_fn fns[4]) {
     prologue(entry);
     line(entry, 3);
     call_rel(entry, base + entry->offset, base + middle->offset);
+    called(entry, base + middle->offset, NULL);
     I(entry, 0x48, 0x83, 0xc0, 1); /* add rax, 1 */
     line(entry, 4);
     epilogue(entry, 0);
@@ -240,6 +255,10 @@ static jit_registration *register_all(uint64_t base, struct jit_fn fns[4], const
         } else if (jit_object_set_unwind(obj, id, f->rows, (size_t)f->nrows) != 0) {
             die("jit_object_set_unwind");
         }
+        /* Compact payloads leave call sites out; ELF ones let GDB match each frame to its
+         * caller's call without a failed search. */
+        if (jit_object_add_call_site(obj, id, f->call_end, f->call_target, f->call_name, 0) != 0)
+            die("jit_object_add_call_site");
         /* jit_middle keeps n at [rbp-8]: declared for `info args` (ELF payloads only). */
         if (format == JIT_FORMAT_ELF && strcmp(f->name, "jit_middle") == 0 &&
             jit_object_add_variable(obj, id, "n", JIT_VAR_PARAMETER, JIT_TYPE_I64,

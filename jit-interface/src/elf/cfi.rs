@@ -99,7 +99,8 @@ struct Rows<'f> {
 }
 
 impl<'f> Rows<'f> {
-    fn of<'a>(&'a mut self, arch: Arch, f: &'f Function) -> Result<&'a [UnwindRow]>
+    /// The rows of `f`, and whether they are those of the function asked about before.
+    fn of<'a>(&'a mut self, arch: Arch, f: Function<'f>) -> Result<(&'a [UnwindRow], bool)>
     where
         'f: 'a,
     {
@@ -111,7 +112,9 @@ impl<'f> Rows<'f> {
         };
         if let Frame::Rows(rows) = f.frame() {
             check(rows)?;
-            return Ok(rows);
+            // The next function is not the one `self.rows` were made for.
+            self.of = None;
+            return Ok((rows, false));
         }
         let same = matches!(self.of, Some((frame, size)) if frame == f.frame() && size == f.size());
         if !same {
@@ -120,7 +123,7 @@ impl<'f> Rows<'f> {
             check(&self.rows)?;
             self.of = Some((f.frame(), f.size()));
         }
-        Ok(&self.rows)
+        Ok((&self.rows, same))
     }
 }
 
@@ -134,7 +137,7 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
 }
 
 /// Encodes the `.debug_frame` section for `functions` (in address order).
-pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>> {
+pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>> {
     // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
     let mut out = Vec::with_capacity(32 + functions.len() * 16 + functions.len() / 2);
 
@@ -160,12 +163,15 @@ pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>
     finish_entry(&mut out, 0)?;
 
     let mut rows = Rows::default();
+    let mut repeat = Repeat::default();
     // Rows of the open FDE's first function.
     let mut first_rows: Vec<UnwindRow> = Vec::new();
     let mut open: Option<Fde> = None;
     let (mut step, mut reset) = (Vec::new(), Vec::new());
-    for f in functions {
-        let rows = rows.of(arch, f)?;
+    for (i, &f) in functions.iter().enumerate() {
+        // Rows the same as the previous function's (which is in the open FDE) match the
+        // FDE's first function as the previous function's did, and are the repeat's rows.
+        let (rows, same) = rows.of(arch, f)?;
         // Neighbours share an FDE (the padding between them, never executed, gets the
         // rules of the function before it) if their rules match the first function's.
         // One FDE spans at most u32::MAX bytes, so every advance fits DW_CFA_advance_loc4.
@@ -173,7 +179,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>
             fde.functions < FDE_FUNCTIONS
                 && f.start() - fde.end <= MAX_PADDING
                 && f.end() - fde.start <= u64::from(u32::MAX)
-                && same_by_offset(&first_rows, fde.first_size, rows, f.size())
+                && (same || same_by_offset(&first_rows, fde.first_size, rows, f.size()))
         });
         let fde = match open.as_mut() {
             Some(fde) if joins => {
@@ -209,27 +215,46 @@ pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>
                 })
             }
         };
-        for (n, row) in rows.iter().enumerate() {
-            step.clear();
-            transition(&fde.state, row, &mut step);
-            if n == 0 && fde.functions > 0 {
-                // Either from the previous function's last rules, or back to the entry
-                // state (and keep it again) and from there: whichever is shorter.
-                reset.clear();
-                reset.u8(dw::DW_CFA_restore_state.0);
-                reset.u8(dw::DW_CFA_remember_state.0);
-                transition(&entry, row, &mut reset);
-                if reset.len() < step.len() {
-                    std::mem::swap(&mut step, &mut reset);
+        let key = (fde.state, f.start() - fde.loc, fde.functions > 0);
+        if repeat.key == Some(key) && (same || repeat.rows == rows) {
+            out.extend_from_slice(&repeat.bytes);
+            fde.loc += repeat.advanced;
+            if let Some(last) = rows.last() {
+                fde.state = *last;
+            }
+        } else {
+            let (begin, loc) = (out.len(), fde.loc);
+            for (n, row) in rows.iter().enumerate() {
+                step.clear();
+                transition(&fde.state, row, &mut step);
+                if n == 0 && fde.functions > 0 {
+                    // Either from the previous function's last rules, or back to the entry
+                    // state (and keep it again) and from there: whichever is shorter.
+                    reset.clear();
+                    reset.u8(dw::DW_CFA_restore_state.0);
+                    reset.u8(dw::DW_CFA_remember_state.0);
+                    transition(&entry, row, &mut reset);
+                    if reset.len() < step.len() {
+                        std::mem::swap(&mut step, &mut reset);
+                    }
                 }
+                if !step.is_empty() {
+                    let addr = f.start() + u64::from(row.offset);
+                    advance(addr - fde.loc, &mut out);
+                    out.extend_from_slice(&step);
+                    fde.loc = addr;
+                }
+                fde.state = *row;
             }
-            if !step.is_empty() {
-                let addr = f.start() + u64::from(row.offset);
-                advance(addr - fde.loc, &mut out);
-                out.extend_from_slice(&step);
-                fde.loc = addr;
+            // (Nothing follows the last function: nothing to keep.)
+            if i + 1 < functions.len() {
+                repeat.key = Some(key);
+                repeat.rows.clear();
+                repeat.rows.extend_from_slice(rows);
+                repeat.bytes.clear();
+                repeat.bytes.extend_from_slice(&out[begin..]);
+                repeat.advanced = fde.loc - loc;
             }
-            fde.state = *row;
         }
         fde.functions += 1;
         fde.end = f.end();
@@ -238,6 +263,20 @@ pub(super) fn debug_frame(arch: Arch, functions: &[&Function]) -> Result<Vec<u8>
         fde.finish(&mut out)?;
     }
     Ok(out)
+}
+
+/// The instructions written for the last function's rows, written again as they are for
+/// the next function that enters with the same rules, at the same distance from the
+/// location reached, with the same rows: neighbours compiled alike cost a copy.
+#[derive(Default)]
+struct Repeat {
+    /// The rules entered with, the distance from the location reached to the function's
+    /// start, and whether the function was not its FDE's first.
+    key: Option<(UnwindRow, u64, bool)>,
+    rows: Vec<UnwindRow>,
+    bytes: Vec<u8>,
+    /// How far the instructions moved the location.
+    advanced: u64,
 }
 
 /// The FDE being written.
@@ -517,11 +556,56 @@ mod tests {
             Some(RegisterRule::Offset(-16)),
             Some(RegisterRule::Offset(-8)),
         );
+        let pushed = (
+            7,
+            16,
+            Some(RegisterRule::Offset(-16)),
+            Some(RegisterRule::Offset(-8)),
+        );
         for (i, &(start, size, epilogue)) in functions.iter().enumerate() {
             assert_eq!(rule_at(&p, start), entry, "f{i} entry");
+            assert_eq!(rule_at(&p, start + 1), pushed, "f{i} after push rbp");
             assert_eq!(rule_at(&p, start + 4), framed, "f{i} body");
             let end = if epilogue { &entry } else { &framed };
             assert_eq!(&rule_at(&p, start + size - 1), end, "f{i} last byte");
+        }
+    }
+
+    /// Functions alike around one with explicit rows: each gets its own rules (the
+    /// instructions of one function are reused for the next only when they fit it).
+    #[test]
+    fn explicit_rows_between_alike_functions() {
+        let mut o = JitObject::new();
+        let rows = [
+            UnwindRow::X86_64_ENTRY,
+            UnwindRow {
+                offset: 4,
+                cfa_base: CfaBase::Sp,
+                cfa_offset: 32,
+                fp_offset: 0,
+            },
+        ];
+        for i in 0..6u64 {
+            let f = o
+                .add_function(&format!("f{i}"), 0x2000 + 32 * i, 32)
+                .unwrap();
+            if i == 2 || i == 3 {
+                o.set_unwind(f, &rows).unwrap();
+            } else {
+                o.set_frame_pointer(f, 1, 4).unwrap();
+            }
+        }
+        let p = Parsed::encode(&o);
+        for i in 0..6u64 {
+            let start = 0x2000 + 32 * i;
+            assert_eq!(rule_at(&p, start).1, 8, "f{i} entry");
+            let (reg, offset, _, _) = rule_at(&p, start + 8);
+            if i == 2 || i == 3 {
+                assert_eq!((reg, offset), (7, 32), "f{i} body: rsp + 32");
+            } else {
+                assert_eq!((reg, offset), (6, 16), "f{i} body: rbp + 16");
+                assert_eq!(rule_at(&p, start + 1).1, 16, "f{i} after push rbp");
+            }
         }
     }
 

@@ -4,7 +4,21 @@
 //!
 //! One compile unit per source file (functions without a file share a unit named
 //! [`NO_FILE_UNIT`] without a line program); in it the base types its variables use, then a
-//! subprogram per function with its parameters, locals and lexical blocks.
+//! subprogram per function with its parameters, locals, lexical blocks and call sites, then
+//! declarations of the functions outside the object that its call sites name.
+//!
+//! Call sites use the GNU extension to DWARF 4 that GCC emits with `-gdwarf-4` (GDB and
+//! LLDB read it; DWARF 5's `DW_TAG_call_site` is the same with other names):
+//! `DW_TAG_GNU_call_site` with the return address as `DW_AT_low_pc` and the callee as
+//! `DW_AT_abstract_origin`, a reference (`DW_FORM_ref_addr`, so it may cross units) to the
+//! callee's subprogram when the callee is a function of this object, or to a declaration
+//! carrying its name when it is not (or when the call enters a function past its start); a
+//! callee known only by such an address gets `DW_AT_GNU_call_site_target` (`DW_OP_addr`),
+//! an unknown one no target at all. GDB resolves the first two without a frame (by the
+//! subprogram's `low_pc`, or the name's minimal symbol), which is what its tail-call search
+//! in every unwound frame needs; the last two make that search fail as it does without a
+//! call site. A function with a tail call has `DW_AT_GNU_all_tail_call_sites`: GDB only
+//! builds tail-call frames from functions that claim their list of tail calls is complete.
 //!
 //! Sizes: a subprogram without variables is 14 bytes (abbreviation code, `strp` name, address,
 //! ULEB128 size); function names are in `.debug_str`, which doubles as the symbol string
@@ -13,10 +27,12 @@
 use gimli::constants as dw;
 use gimli::constants::{DwAt, DwForm, DwTag};
 
+use std::collections::HashMap;
+
 use super::bytes::{offset32, patch_length, Put};
 use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::model::{BaseType, Function, Location, VariableKind};
+use crate::model::{BaseType, CallTarget, Function, Location, VariableKind};
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
 const FRAME_POINTER: u8 = 6;
@@ -62,9 +78,20 @@ enum Abbrev {
     BlockWithChildren,
     BaseType,
     PointerType,
+    /// A subprogram whose tail calls are all described (it has at least one).
+    SubprogramTailCalls,
+    /// Call sites: callee by reference, by address, unknown; then the same as tail calls.
+    CallOrigin,
+    CallAddress,
+    CallUnknown,
+    TailCallOrigin,
+    TailCallAddress,
+    TailCallUnknown,
+    /// A function outside the object that a call site names.
+    Declaration,
 }
 
-const ABBREV_COUNT: usize = Abbrev::PointerType as usize;
+const ABBREV_COUNT: usize = Abbrev::Declaration as usize;
 
 impl Abbrev {
     const ALL: [Abbrev; ABBREV_COUNT] = [
@@ -80,6 +107,14 @@ impl Abbrev {
         Abbrev::BlockWithChildren,
         Abbrev::BaseType,
         Abbrev::PointerType,
+        Abbrev::SubprogramTailCalls,
+        Abbrev::CallOrigin,
+        Abbrev::CallAddress,
+        Abbrev::CallUnknown,
+        Abbrev::TailCallOrigin,
+        Abbrev::TailCallAddress,
+        Abbrev::TailCallUnknown,
+        Abbrev::Declaration,
     ];
 
     /// Tag, whether the entry has children, attributes and their forms.
@@ -98,6 +133,18 @@ impl Abbrev {
             LOW,
             HIGH,
         ];
+        const SUBPROGRAM_TAIL_CALLS: &[(DwAt, DwForm)] = &[
+            (DW_AT_name, DW_FORM_strp),
+            (DW_AT_external, DW_FORM_flag_present),
+            LOW,
+            HIGH,
+            (DW_AT_GNU_all_tail_call_sites, DW_FORM_flag_present),
+        ];
+        // The return address.
+        const RETURN: (DwAt, DwForm) = (DW_AT_low_pc, DW_FORM_addr);
+        const ORIGIN: (DwAt, DwForm) = (DW_AT_abstract_origin, DW_FORM_ref_addr);
+        const TARGET: (DwAt, DwForm) = (DW_AT_GNU_call_site_target, DW_FORM_exprloc);
+        const TAIL: (DwAt, DwForm) = (DW_AT_GNU_tail_call, DW_FORM_flag_present);
         const VARIABLE: &[(DwAt, DwForm)] = &[
             NAME,
             (DW_AT_type, DW_FORM_ref4),
@@ -135,6 +182,22 @@ impl Abbrev {
                 DW_TAG_pointer_type,
                 false,
                 &[(DW_AT_byte_size, DW_FORM_data1), (DW_AT_type, DW_FORM_ref4)],
+            ),
+            Abbrev::SubprogramTailCalls => (DW_TAG_subprogram, true, SUBPROGRAM_TAIL_CALLS),
+            Abbrev::CallOrigin => (DW_TAG_GNU_call_site, false, &[RETURN, ORIGIN]),
+            Abbrev::CallAddress => (DW_TAG_GNU_call_site, false, &[RETURN, TARGET]),
+            Abbrev::CallUnknown => (DW_TAG_GNU_call_site, false, &[RETURN]),
+            Abbrev::TailCallOrigin => (DW_TAG_GNU_call_site, false, &[RETURN, ORIGIN, TAIL]),
+            Abbrev::TailCallAddress => (DW_TAG_GNU_call_site, false, &[RETURN, TARGET, TAIL]),
+            Abbrev::TailCallUnknown => (DW_TAG_GNU_call_site, false, &[RETURN, TAIL]),
+            Abbrev::Declaration => (
+                DW_TAG_subprogram,
+                false,
+                &[
+                    NAME,
+                    (DW_AT_external, DW_FORM_flag_present),
+                    (DW_AT_declaration, DW_FORM_flag_present),
+                ],
             ),
         }
     }
@@ -199,6 +262,11 @@ pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
     };
     let mut line = Vec::new();
     let mut ranges = Vec::new();
+    // Only objects with call sites pay for the references between subprograms.
+    let mut calls = layout.has_calls.then(|| CallRefs {
+        die_offsets: vec![0; n],
+        fixups: Vec::new(),
+    });
     for unit in &layout.units {
         let stmt_list = match unit.file {
             Some(file) => Some(line_program(&mut line, file, layout, &unit.functions)?),
@@ -211,7 +279,13 @@ pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
             unit,
             stmt_list,
             &name_offsets,
+            calls.as_mut(),
         )?;
+    }
+    if let Some(calls) = calls {
+        for (at, callee) in calls.fixups {
+            info.out.patch_u32(at, calls.die_offsets[callee]);
+        }
     }
     Ok(DebugSections {
         abbrev: info.abbrev_section(),
@@ -231,6 +305,7 @@ fn compile_unit(
     unit: &Unit<'_>,
     stmt_list: Option<u32>,
     name_offsets: &[u32],
+    calls: Option<&mut CallRefs>,
 ) -> Result<()> {
     let start = info.out.len();
     info.out.u32(0);
@@ -274,11 +349,128 @@ fn compile_unit(
     }
 
     let types = base_types(info, layout, unit, start)?;
-    for &i in &unit.functions {
-        subprogram(info, layout.functions[i], name_offsets[i], &types)?;
+    match calls {
+        None => {
+            for &i in &unit.functions {
+                if subprogram(info, &layout.functions[i], name_offsets[i], &types)? {
+                    info.out.u8(0);
+                }
+            }
+        }
+        Some(calls) => subprograms_with_calls(info, layout, unit, name_offsets, &types, calls)?,
     }
     info.out.u8(0);
     patch_length(&mut info.out, start, ".debug_info")
+}
+
+/// The subprograms of `unit` with their call sites, then the declarations of the functions
+/// outside the object that the call sites name. Kept out of line: inlined, it changed how
+/// the compiler inlined the rest of [`build`], which cost objects without call sites.
+#[inline(never)]
+fn subprograms_with_calls(
+    info: &mut Info,
+    layout: &Layout<'_>,
+    unit: &Unit<'_>,
+    name_offsets: &[u32],
+    types: &TypeOffsets,
+    calls: &mut CallRefs,
+) -> Result<()> {
+    // Name -> positions of the references to its declaration.
+    let mut declarations: Vec<(&str, Vec<usize>)> = Vec::new();
+    let mut declared: HashMap<&str, usize> = HashMap::new();
+    for &i in &unit.functions {
+        let f = layout.functions[i];
+        calls.die_offsets[i] = offset32(info.out.len(), ".debug_info")?;
+        if !subprogram(info, &f, name_offsets[i], types)? {
+            continue;
+        }
+        let mut outside = |name, at| {
+            let d = *declared.entry(name).or_insert_with(|| {
+                declarations.push((name, Vec::new()));
+                declarations.len() - 1
+            });
+            declarations[d].1.push(at);
+        };
+        call_sites(info, layout, f, calls, &mut outside);
+        info.out.u8(0);
+    }
+    for (name, refs) in declarations {
+        let at = offset32(info.out.len(), ".debug_info")?;
+        info.entry(Abbrev::Declaration);
+        info.out.cstr(name);
+        for r in refs {
+            info.out.patch_u32(r, at);
+        }
+    }
+    Ok(())
+}
+
+/// References from call sites to the subprograms they call, filled in once every
+/// subprogram has been written.
+struct CallRefs {
+    /// `.debug_info` offset of each function's subprogram, in layout order.
+    die_offsets: Vec<u32>,
+    /// (position of a `DW_FORM_ref_addr` value, layout index of the function it refers to).
+    fixups: Vec<(usize, usize)>,
+}
+
+/// The layout index of the function starting at `address`, if one does. A target inside a
+/// function but not at its start (a call to a secondary entry) is described like one outside
+/// the object, by address or name: it is no error, since the registry may merge objects
+/// into one payload after each was accepted on its own.
+fn callee(layout: &Layout<'_>, address: u64) -> Option<usize> {
+    let functions = &layout.functions;
+    let i = functions.partition_point(|f| f.start() <= address);
+    i.checked_sub(1)
+        .filter(|&i| functions[i].start() == address)
+}
+
+/// Writes the call sites of `f`; `outside(name, position)` records a reference to the
+/// declaration of a function outside the object, written at the end of the unit.
+fn call_sites<'a>(
+    info: &mut Info,
+    layout: &Layout<'a>,
+    f: Function<'a>,
+    calls: &mut CallRefs,
+    outside: &mut impl FnMut(&'a str, usize),
+) {
+    for c in f.calls() {
+        let inside = match c.target.address() {
+            Some(a) => callee(layout, a),
+            None => None,
+        };
+        let abbrev = |origin, address, unknown| match (&c.target, inside) {
+            (_, Some(_)) | (CallTarget::Symbol { .. }, None) => origin,
+            (CallTarget::Address(_), None) => address,
+            (CallTarget::Indirect, None) => unknown,
+        };
+        info.entry(if c.tail_call {
+            abbrev(
+                Abbrev::TailCallOrigin,
+                Abbrev::TailCallAddress,
+                Abbrev::TailCallUnknown,
+            )
+        } else {
+            abbrev(Abbrev::CallOrigin, Abbrev::CallAddress, Abbrev::CallUnknown)
+        });
+        info.out.u64(f.start() + u64::from(c.return_offset));
+        match (&c.target, inside) {
+            (_, Some(callee)) => {
+                calls.fixups.push((info.out.len(), callee));
+                info.out.u32(0);
+            }
+            (CallTarget::Symbol { name, .. }, None) => {
+                outside(name, info.out.len());
+                info.out.u32(0);
+            }
+            (CallTarget::Address(a), None) => {
+                info.out.uleb(9);
+                info.out.u8(dw::DW_OP_addr.0);
+                info.out.u64(*a);
+            }
+            (CallTarget::Indirect, None) => {}
+        }
+    }
 }
 
 /// Unit-relative offsets of the type entries, by [`BaseType`] (0: not written).
@@ -331,20 +523,31 @@ fn base_types(
     Ok(offsets)
 }
 
-/// Writes the subprogram entry of `f` with its variables and blocks.
-fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> Result<()> {
-    let children = !f.variables().is_empty() || !f.blocks().is_empty();
-    info.entry(if children {
-        Abbrev::SubprogramWithChildren
-    } else {
+/// Writes the subprogram entry of `f` with its variables and blocks. Returns whether it has
+/// children: then the caller adds its call sites and ends the list. Inlined in both loops
+/// over the functions: most functions are just this entry, written once per function.
+#[inline(always)]
+fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> Result<bool> {
+    let children = !f.variables().is_empty() || !f.blocks().is_empty() || !f.calls().is_empty();
+    info.entry(if !children {
         Abbrev::Subprogram
+    } else if f.calls().iter().any(|c| c.tail_call) {
+        Abbrev::SubprogramTailCalls
+    } else {
+        Abbrev::SubprogramWithChildren
     });
     info.out.u32(name);
     info.out.u64(f.start());
     info.out.uleb(f.size().into());
     if !children {
-        return Ok(());
+        return Ok(false);
     }
+    variables_and_blocks(info, f, types);
+    Ok(true)
+}
+
+/// Writes the variables and lexical blocks of `f`.
+fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
     // Parameters first, in their order: debuggers list arguments in entry order.
     let params = f
         .variables()
@@ -378,8 +581,6 @@ fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> 
         info.out.extend_from_slice(&location);
     }
     blocks(info, f);
-    info.out.u8(0);
-    Ok(())
 }
 
 /// Writes the lexical blocks of `f`, nested as the model says, each list of siblings in
@@ -526,6 +727,17 @@ impl Lines<'_> {
     fn row(&mut self, address: u64, line: u64) {
         let mut step = address - self.address;
         let mut line_step = line.wrapping_sub(self.line) as i64;
+        // The usual row: one special opcode (what the general case below writes then).
+        let l = line_step.wrapping_sub(LINE_BASE) as u64;
+        if l < LINE_RANGE && step <= 255 {
+            let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
+            if op <= 255 {
+                self.out.u8(op as u8);
+                self.address = address;
+                self.line = line;
+                return;
+            }
+        }
         if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
             self.out.u8(dw::DW_LNS_advance_line.0);
             self.out.sleb(line_step);
@@ -829,6 +1041,126 @@ mod tests {
                 (3, base + 30, base + 40),
                 (1, base + 250, base + 300),
             ]
+        );
+    }
+
+    #[test]
+    fn call_sites_refer_to_their_callees() {
+        use crate::elf::test_support::{CallSiteDie, Callee};
+        use crate::model::CallTarget;
+        let mut o = JitObject::new();
+        let a = o.add_function("a", 0x1000, 0x20).unwrap();
+        let b = o.add_function("b", 0x1020, 0x20).unwrap();
+        let c = o.add_function("c", 0x1040, 0x10).unwrap();
+        o.set_lines(a, "a.js", &rows(&[(0, 1)])).unwrap();
+        o.set_lines(b, "a.js", &rows(&[(0, 2)])).unwrap();
+        o.set_lines(c, "c.js", &rows(&[(0, 3)])).unwrap();
+        let host = || CallTarget::Symbol {
+            address: 0x5000,
+            name: "host_fn".into(),
+        };
+        o.add_call_site(a, 5, CallTarget::Address(0x1020)).unwrap();
+        // In the object: referred to by address, whatever the name says; in another unit.
+        let c_named = CallTarget::Symbol {
+            address: 0x1040,
+            name: "other".into(),
+        };
+        o.add_call_site(a, 10, c_named).unwrap();
+        o.add_call_site(a, 15, host()).unwrap();
+        o.add_call_site(a, 20, CallTarget::Address(0x6000)).unwrap();
+        o.add_call_site(a, 25, CallTarget::Indirect).unwrap();
+        // Recursion, the same declaration again, and a tail call as the last instruction.
+        o.add_call_site(b, 4, CallTarget::Address(0x1020)).unwrap();
+        o.add_call_site(b, 8, host()).unwrap();
+        o.add_tail_call(b, 0x20, CallTarget::Address(0x1040))
+            .unwrap();
+        o.add_call_site(c, 6, host()).unwrap();
+        let p = Parsed::encode(&o);
+        let function = |unit: &str, name: &str, low| Callee::Function {
+            unit: unit.into(),
+            name: name.into(),
+            low,
+        };
+        let site = |caller: &str, all: bool, return_pc, tail_call, callee| CallSiteDie {
+            caller: caller.into(),
+            caller_all_tail_calls: all,
+            return_pc,
+            tail_call,
+            callee,
+        };
+        let declared = || Callee::Declaration("host_fn".into());
+        let mut target = vec![gimli::DW_OP_addr.0];
+        target.extend(0x6000u64.to_le_bytes());
+        assert_eq!(
+            p.call_sites(),
+            [
+                site("a", false, 0x1005, false, function("a.js", "b", 0x1020)),
+                site("a", false, 0x100a, false, function("c.js", "c", 0x1040)),
+                site("a", false, 0x100f, false, declared()),
+                site("a", false, 0x1014, false, Callee::Target(target)),
+                site("a", false, 0x1019, false, Callee::None),
+                site("b", true, 0x1024, false, function("a.js", "b", 0x1020)),
+                site("b", true, 0x1028, false, declared()),
+                site("b", true, 0x1040, true, function("c.js", "c", 0x1040)),
+                site("c", false, 0x1046, false, declared()),
+            ]
+        );
+        // One declaration per unit that names the function.
+        let declarations: Vec<(String, String)> = p
+            .subprograms()
+            .into_iter()
+            .filter(|s| s.low == 0)
+            .map(|s| (s.unit, s.name))
+            .collect();
+        let pair = |u: &str, n: &str| (u.to_string(), n.to_string());
+        assert_eq!(
+            declarations,
+            [pair("a.js", "host_fn"), pair("c.js", "host_fn")]
+        );
+    }
+
+    #[test]
+    fn a_call_into_the_middle_of_a_function_is_described_by_address() {
+        use crate::elf::test_support::Callee;
+        use crate::model::CallTarget;
+        let mut o = JitObject::new();
+        let a = o.add_function("a", 0x1000, 0x20).unwrap();
+        o.add_function("b", 0x1020, 0x20).unwrap();
+        o.add_call_site(a, 5, CallTarget::Address(0x1024)).unwrap();
+        let entry = CallTarget::Symbol {
+            address: 0x1028,
+            name: "b_entry".into(),
+        };
+        o.add_call_site(a, 10, entry).unwrap();
+        let mut target = vec![gimli::DW_OP_addr.0];
+        target.extend(0x1024u64.to_le_bytes());
+        let callees: Vec<Callee> = Parsed::encode(&o)
+            .call_sites()
+            .into_iter()
+            .map(|c| c.callee)
+            .collect();
+        assert_eq!(
+            callees,
+            [
+                Callee::Target(target),
+                Callee::Declaration("b_entry".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn objects_without_call_sites_pay_nothing_for_them() {
+        use crate::model::CallTarget;
+        let mut plain = JitObject::new();
+        plain.add_function("a", 0x1000, 0x20).unwrap();
+        let info = Parsed::encode(&plain).section(".debug_info").len();
+        let mut with = plain.clone();
+        with.add_call_site(0, 5, CallTarget::Address(0x1000))
+            .unwrap();
+        // abbreviation, return address, reference, end of the children.
+        assert_eq!(
+            Parsed::encode(&with).section(".debug_info").len(),
+            info + 1 + 8 + 4 + 1
         );
     }
 

@@ -1,8 +1,6 @@
 //! Where things go: functions in address order, grouped into runs of adjacent code (one
 //! NOBITS `.text` section each), and into compile units by source file.
 
-use std::collections::HashMap;
-
 use crate::model::{Function, JitObject};
 
 /// Largest gap between two functions of one object that one `.text` section may span.
@@ -29,27 +27,37 @@ pub(super) struct Unit<'a> {
     pub functions: Vec<usize>,
 }
 
+/// A file without a unit yet.
+const NO_UNIT: usize = usize::MAX;
+
 /// The plan of one object.
 #[derive(Debug)]
 pub(super) struct Layout<'a> {
     /// The object's functions in address order.
-    pub functions: Vec<&'a Function>,
+    pub functions: Vec<Function<'a>>,
     /// The `.text` run of each entry of `functions`.
     pub run_of: Vec<usize>,
     pub runs: Vec<Run>,
     /// Compile units in order of their lowest address.
     pub units: Vec<Unit<'a>>,
+    /// Does any function have call sites?
+    pub has_calls: bool,
 }
 
 impl<'a> Layout<'a> {
     /// Plans `object`, which must have passed [`JitObject::validate`] (non-empty, no overlap).
     pub fn new(object: &'a JitObject) -> Layout<'a> {
-        let mut functions: Vec<&Function> = object.functions().iter().collect();
-        functions.sort_by_key(|f| f.start());
+        let mut functions: Vec<Function> = object.functions().iter().collect();
+        // Runtimes usually add functions in address order.
+        if !functions.windows(2).all(|w| w[0].start() <= w[1].start()) {
+            functions.sort_by_key(|f| f.start());
+        }
 
         let mut runs: Vec<Run> = Vec::new();
         let mut run_of = Vec::with_capacity(functions.len());
+        let mut has_calls = false;
         for f in &functions {
+            has_calls |= !f.calls().is_empty();
             match runs.last_mut() {
                 // Validation guarantees f.start() >= last.end (no overlap).
                 Some(last) if f.start() - last.end <= MAX_PADDING => last.end = f.end(),
@@ -61,23 +69,27 @@ impl<'a> Layout<'a> {
             run_of.push(runs.len() - 1);
         }
 
+        // Units by file index (0: no file), in a table: one slot per file of the object.
         let mut units: Vec<Unit> = Vec::new();
-        let mut unit_of_file: HashMap<Option<&str>, usize> = HashMap::new();
-        // Neighbours usually share a file: look it up only when it changes.
-        let mut last: Option<(Option<&str>, usize)> = None;
+        let slots = object.file_count() + 1;
+        let mut few = [NO_UNIT; 8];
+        let mut many = Vec::new();
+        let unit_of: &mut [usize] = if slots <= few.len() {
+            &mut few[..slots]
+        } else {
+            many.resize(slots, NO_UNIT);
+            &mut many
+        };
         for (i, f) in functions.iter().enumerate() {
-            let u = match last {
-                Some((file, u)) if file == f.file() => u,
-                _ => *unit_of_file.entry(f.file()).or_insert_with(|| {
-                    units.push(Unit {
-                        file: f.file(),
-                        functions: Vec::new(),
-                    });
-                    units.len() - 1
-                }),
-            };
-            last = Some((f.file(), u));
-            units[u].functions.push(i);
+            let slot = f.file_index().map_or(0, |k| k + 1);
+            if unit_of[slot] == NO_UNIT {
+                unit_of[slot] = units.len();
+                units.push(Unit {
+                    file: f.file(),
+                    functions: Vec::new(),
+                });
+            }
+            units[unit_of[slot]].functions.push(i);
         }
 
         Layout {
@@ -85,6 +97,7 @@ impl<'a> Layout<'a> {
             run_of,
             runs,
             units,
+            has_calls,
         }
     }
 }
@@ -93,7 +106,7 @@ impl<'a> Layout<'a> {
 /// maximal groups of neighbouring functions: `[start, end)` address ranges. Two functions
 /// are neighbours if no other function of the object lies between them and the gap is at
 /// most [`MAX_PADDING`] (which then belongs to the range: it is never executed).
-pub(super) fn adjacent_ranges(functions: &[&Function], unit: &[usize]) -> Vec<(u64, u64)> {
+pub(super) fn adjacent_ranges(functions: &[Function], unit: &[usize]) -> Vec<(u64, u64)> {
     let mut ranges: Vec<(u64, u64)> = Vec::new();
     let mut prev: Option<usize> = None;
     for &i in unit {
@@ -109,7 +122,7 @@ pub(super) fn adjacent_ranges(functions: &[&Function], unit: &[usize]) -> Vec<(u
 
 /// Is `functions[next]` the function right after `functions[prev]`, at most
 /// [`MAX_PADDING`] bytes after its end?
-pub(super) fn neighbours(functions: &[&Function], prev: Option<usize>, next: usize) -> bool {
+pub(super) fn neighbours(functions: &[Function], prev: Option<usize>, next: usize) -> bool {
     prev.is_some_and(|p| {
         p + 1 == next && functions[next].start() - functions[p].end() <= MAX_PADDING
     })

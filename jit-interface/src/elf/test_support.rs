@@ -244,3 +244,120 @@ impl Parsed {
         out
     }
 }
+
+/// What a call-site DIE says it calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Callee {
+    /// `DW_AT_abstract_origin` referring to a subprogram with an address: its unit, name
+    /// and `low_pc`.
+    Function {
+        unit: String,
+        name: String,
+        low: u64,
+    },
+    /// `DW_AT_abstract_origin` referring to a declaration: its name.
+    Declaration(String),
+    /// `DW_AT_GNU_call_site_target`: the expression's bytes.
+    Target(Vec<u8>),
+    None,
+}
+
+/// A call-site DIE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CallSiteDie {
+    /// Name of the subprogram it belongs to, and whether that claims all its tail calls
+    /// are described.
+    pub caller: String,
+    pub caller_all_tail_calls: bool,
+    pub return_pc: u64,
+    pub tail_call: bool,
+    pub callee: Callee,
+}
+
+impl Parsed {
+    /// Every call-site DIE of every unit, with its references resolved.
+    pub fn call_sites(&self) -> Vec<CallSiteDie> {
+        let dwarf = self.dwarf();
+        let flag = |e: &gimli::DebuggingInformationEntry<Slice<'_>>, at| {
+            matches!(e.attr_value(at), Some(gimli::AttributeValue::Flag(true)))
+        };
+        // Every subprogram by its .debug_info offset.
+        let mut subprograms = std::collections::HashMap::new();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let unit_name = Self::unit_name(&dwarf, &unit);
+            let mut entries = unit.entries();
+            while let Some(e) = entries.next_dfs().unwrap() {
+                if e.tag() != gimli::DW_TAG_subprogram {
+                    continue;
+                }
+                let name = Self::string(&dwarf, &unit, e.attr_value(gimli::DW_AT_name).unwrap());
+                let callee = if flag(e, gimli::DW_AT_declaration) {
+                    assert!(e.attr_value(gimli::DW_AT_low_pc).is_none());
+                    Callee::Declaration(name)
+                } else {
+                    let Some(gimli::AttributeValue::Addr(low)) = e.attr_value(gimli::DW_AT_low_pc)
+                    else {
+                        panic!("subprogram `{name}` without low_pc");
+                    };
+                    Callee::Function {
+                        unit: unit_name.clone(),
+                        name,
+                        low,
+                    }
+                };
+                let offset = e.offset().to_debug_info_offset(&unit.header).unwrap();
+                subprograms.insert(offset, callee);
+            }
+        }
+        let mut out = Vec::new();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let mut entries = unit.entries();
+            let mut caller = (String::new(), false);
+            while let Some(e) = entries.next_dfs().unwrap() {
+                match e.tag() {
+                    gimli::DW_TAG_subprogram => {
+                        caller = (
+                            Self::string(&dwarf, &unit, e.attr_value(gimli::DW_AT_name).unwrap()),
+                            flag(e, gimli::DW_AT_GNU_all_tail_call_sites),
+                        );
+                    }
+                    gimli::DW_TAG_GNU_call_site => {
+                        assert_eq!(e.depth(), 2, "a call site is a child of its subprogram");
+                        let Some(gimli::AttributeValue::Addr(return_pc)) =
+                            e.attr_value(gimli::DW_AT_low_pc)
+                        else {
+                            panic!("call site without a return address");
+                        };
+                        let callee = match (
+                            e.attr_value(gimli::DW_AT_abstract_origin),
+                            e.attr_value(gimli::DW_AT_GNU_call_site_target),
+                        ) {
+                            (Some(gimli::AttributeValue::DebugInfoRef(r)), None) => subprograms
+                                .get(&r)
+                                .unwrap_or_else(|| panic!("origin {r:?} is no subprogram"))
+                                .clone(),
+                            (None, Some(gimli::AttributeValue::Exprloc(x))) => {
+                                Callee::Target(x.0.slice().to_vec())
+                            }
+                            (None, None) => Callee::None,
+                            other => panic!("unexpected call-site target {other:?}"),
+                        };
+                        out.push(CallSiteDie {
+                            caller: caller.0.clone(),
+                            caller_all_tail_calls: caller.1,
+                            return_pc,
+                            tail_call: flag(e, gimli::DW_AT_GNU_tail_call),
+                            callee,
+                        });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+}

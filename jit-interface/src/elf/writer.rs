@@ -66,16 +66,19 @@ impl Header {
     }
 
     fn write(&self, out: &mut Vec<u8>) {
-        out.u32(self.name);
-        out.u32(self.kind.0);
-        out.u64(self.flags.0);
-        out.u64(self.addr);
-        out.u64(self.offset);
-        out.u64(self.size);
-        out.u32(self.link);
-        out.u32(self.info);
-        out.u64(self.align);
-        out.u64(self.entsize);
+        // Assembled, then appended: one capacity check.
+        let mut h = [0u8; SECTION_HEADER];
+        h[0..4].copy_from_slice(&self.name.to_le_bytes());
+        h[4..8].copy_from_slice(&self.kind.0.to_le_bytes());
+        h[8..16].copy_from_slice(&self.flags.0.to_le_bytes());
+        h[16..24].copy_from_slice(&self.addr.to_le_bytes());
+        h[24..32].copy_from_slice(&self.offset.to_le_bytes());
+        h[32..40].copy_from_slice(&self.size.to_le_bytes());
+        h[40..44].copy_from_slice(&self.link.to_le_bytes());
+        h[44..48].copy_from_slice(&self.info.to_le_bytes());
+        h[48..56].copy_from_slice(&self.align.to_le_bytes());
+        h[56..64].copy_from_slice(&self.entsize.to_le_bytes());
+        out.extend_from_slice(&h);
     }
 }
 
@@ -181,17 +184,22 @@ pub(super) fn write(
     for (i, f) in layout.functions.iter().enumerate() {
         let run = layout.run_of[i];
         let section = first_text + run;
-        out.u32(name_offsets[i]);
-        out.u8(info);
-        out.u8(elf::STV_DEFAULT.0);
-        out.u16(if shndx {
+        // One symbol assembled, then appended: one capacity check.
+        let mut symbol = [0u8; SYMBOL];
+        symbol[..4].copy_from_slice(&name_offsets[i].to_le_bytes());
+        symbol[4] = info;
+        symbol[5] = elf::STV_DEFAULT.0;
+        let index = if shndx {
             elf::SHN_XINDEX.0
         } else {
             section as u16
-        });
+        };
+        symbol[6..8].copy_from_slice(&index.to_le_bytes());
         // Relocatable object: symbol values are offsets in their section.
-        out.u64(f.start() - layout.runs[run].start);
-        out.u64(f.size().into());
+        let value = f.start() - layout.runs[run].start;
+        symbol[8..16].copy_from_slice(&value.to_le_bytes());
+        symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
+        out.extend_from_slice(&symbol);
     }
     if shndx {
         out.resize(shndx_at, 0);

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use super::frame::{self, KIND_DEFAULT, KIND_FP, KIND_FP_CANONICAL, KIND_ROWS};
 use super::lines;
-use super::wire::Writer;
+use super::wire::{Cursor, Writer, MAX_LEB_LEN};
 use super::{arch_code, LiveCheck, HEADER_LEN, MAGIC, MAX_COUNT, MAX_TEXT_LEN, VERSION};
 use crate::error::{Error, Result};
 use crate::model::{Arch, CfaBase, Frame, Function, JitObject};
@@ -147,9 +147,10 @@ pub(crate) fn encode_bundle(objects: &[(&JitObject, Option<LiveCheck>)]) -> Resu
         ));
     };
     let arch = first.arch();
-    // Room for a small object; `write_object` reserves for bigger ones.
+    // Room for the first object (with its string table), allocated once; `write_object`
+    // reserves more for the others.
     let mut w = Writer {
-        buf: Vec::with_capacity(128),
+        buf: Vec::with_capacity(HEADER_LEN + 64 + usual_len(first) + WORST_SLACK),
     };
     w.bytes(&header(arch));
     for (k, (object, live)) in objects.iter().enumerate() {
@@ -207,51 +208,129 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
     }
     // The string table comes before the functions that refer to it: collect it in a cheap
     // first pass (the same interning order as the functions' writing below, so indices
-    // agree), then write the functions straight into the output. Limits are checked while
-    // writing, in record order; on error the caller discards what was written.
+    // agree), then write the functions straight into the output. A file is interned once,
+    // by its first function; after that its index among the object's files finds its code.
     let mut strings = Strings::new();
-    let mut estimate = 0usize;
+    let file_count = object.file_count();
+    let mut few = [NO_CODE; SCAN_MAX];
+    let mut many = Vec::new();
+    let codes: &mut [u64] = if file_count <= SCAN_MAX {
+        &mut few[..file_count]
+    } else {
+        many.resize(file_count, NO_CODE);
+        &mut many
+    };
     for f in functions {
-        if let Some(file) = f.file() {
-            strings.intern(file);
+        if let (Some(i), Some(file)) = (f.file_index(), f.file()) {
+            if codes[i] == NO_CODE {
+                let name = f.name();
+                check_text_len(file, || format!("the file name of `{name}`"))?;
+                codes[i] = strings.intern(file);
+            }
         }
         for b in f.blocks() {
             strings.intern(&b.name);
         }
-        // Typical bytes: name and its length, start delta, size, flags, file index, row
-        // count, one byte per row, a few per block. Only a hint for the reservation.
-        estimate += f.name().len() + 8 + f.lines().len() + 4 * f.blocks().len();
     }
-    w.buf
-        .reserve(estimate + strings.iter().map(|s| s.len() + 3).sum::<usize>() + 2 * 10);
     w.uleb(strings.len as u64);
     for s in strings.iter() {
         w.text(s);
     }
     w.uleb(functions.len() as u64);
+
+    // The functions are written through a cursor into zeroed room that is enlarged when
+    // a function's worst case might not fit (typically once: the room starts at the usual
+    // size of the whole object), then cut to what was written.
+    let mut len = w.buf.len();
+    let usual = usual_len(object);
+    // Capacity beyond that for a function's worst case, so that a small object's room is
+    // allocated once.
+    w.buf.reserve(usual + WORST_SLACK);
+    w.buf.resize(len + usual, 0);
     // Function starts are deltas from the previous function's end; line numbers deltas from
     // the previous row, across functions (the state a reader carries through the object).
-    let mut prev_end = 0u64;
-    let mut line = 1i64;
+    let mut carry = Carry {
+        prev_end: 0,
+        line: 1,
+    };
     for f in functions {
-        write_function(w, &mut strings, object.arch(), f, prev_end, &mut line)?;
-        prev_end = f.end();
+        let name = f.name();
+        let worst = worst_len(f, name);
+        if w.buf.len() - len < worst {
+            let grown = w.buf.len() + w.buf.len() / 2;
+            w.buf.resize(grown.max(len + worst), 0);
+        }
+        let mut c = Cursor::new(&mut w.buf[len..]);
+        let written = write_function(
+            &mut c,
+            codes,
+            &mut strings,
+            object.arch(),
+            f,
+            name,
+            &mut carry,
+        );
+        len += c.len();
+        if let Err(e) = written {
+            w.buf.truncate(len);
+            return Err(e);
+        }
+        carry.prev_end = f.end();
     }
+    w.buf.truncate(len);
     check_count(strings.len, || {
         "the number of distinct file and block names of one object".into()
     })?;
     Ok(())
 }
 
+/// What the writing carries from one function to the next within an object.
+struct Carry {
+    /// End of the previous function (function starts are written as deltas from it).
+    prev_end: u64,
+    /// Line of the previous row (line numbers are written as deltas from it).
+    line: i64,
+}
+
+/// About the bytes the functions of `object` usually take: their names, a byte per line
+/// row and a few for the rest.
+fn usual_len(object: &JitObject) -> usize {
+    let (text_len, row_count) = object.stored_sizes();
+    text_len + row_count + 8 * object.functions().len()
+}
+
+/// Capacity reserved beyond the usual size of an object's functions: more than the worst
+/// case of a typical function (a name, a few epilogues, a dozen line rows).
+const WORST_SLACK: usize = 512;
+
+/// A file without a string-table index yet.
+const NO_CODE: u64 = u64::MAX;
+
+/// Most bytes function `f` can take in a record: its texts, and `MAX_LEB_LEN` for every
+/// number.
+fn worst_len(f: Function<'_>, name: &str) -> usize {
+    const LEB: usize = MAX_LEB_LEN;
+    let frame = match f.frame() {
+        Frame::Default => 0,
+        Frame::FramePointer { epilogues, .. } => 3 * LEB + 2 * LEB * epilogues.len(),
+        Frame::Rows(rows) => LEB + 3 * LEB * rows.len(),
+    };
+    let lines = 2 * LEB + lines::MAX_ROW_LEN * f.lines().len();
+    let blocks = f.blocks();
+    let blocks = LEB + blocks.len() * 4 * LEB;
+    // Name and its length, start, size, flags.
+    name.len() + 3 * LEB + 1 + frame + lines + blocks
+}
+
 fn write_function<'a>(
-    w: &mut Writer,
+    w: &mut Cursor<'_>,
+    file_codes: &[u64],
     strings: &mut Strings<'a>,
     arch: Arch,
-    f: &'a Function,
-    prev_end: u64,
-    line: &mut i64,
+    f: Function<'a>,
+    name: &str,
+    carry: &mut Carry,
 ) -> Result<()> {
-    let name = f.name();
     if !f.variables().is_empty() {
         return Err(unsupported(format!(
             "function `{name}` has {} variable(s), and GDB's JIT reader API has no way to show variables: register it in the ELF format, or leave the variables out",
@@ -260,7 +339,7 @@ fn write_function<'a>(
     }
     check_text_len(name, || format!("the name of function `{name}`"))?;
     w.text(name);
-    w.sleb(f.start().wrapping_sub(prev_end) as i64);
+    w.sleb(f.start().wrapping_sub(carry.prev_end) as i64);
     w.uleb(u64::from(f.size()));
 
     let frame = f.frame();
@@ -270,8 +349,9 @@ fn write_function<'a>(
         Frame::FramePointer { .. } => KIND_FP,
         Frame::Rows(_) => KIND_ROWS,
     };
+    let file = f.file_index().and_then(|i| file_codes.get(i).copied());
     let mut flags = kind;
-    if f.file().is_some() {
+    if file.is_some() {
         flags |= FUNCTION_LINES;
     }
     if !f.blocks().is_empty() {
@@ -322,25 +402,25 @@ fn write_function<'a>(
         _ => {}
     }
 
-    if let Some(file) = f.file() {
-        check_text_len(file, || format!("the file name of `{name}`"))?;
+    if let Some(code) = file {
         let rows = f.lines();
         check_count(rows.len(), || {
             format!("the number of line rows of `{name}`")
         })?;
-        w.uleb(strings.intern(file));
+        w.uleb(code);
         w.uleb(rows.len() as u64);
-        let mut offset = 0u32;
+        let (mut offset, mut prev_line) = (0u32, carry.line);
         for r in rows {
             let line_now = i64::from(r.line);
             lines::write_row(
                 w,
                 u64::from(r.offset.wrapping_sub(offset)),
-                line_now - *line,
+                line_now - prev_line,
             );
             offset = r.offset;
-            *line = line_now;
+            prev_line = line_now;
         }
+        carry.line = prev_line;
     }
 
     let blocks = f.blocks();

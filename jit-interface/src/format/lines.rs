@@ -1,7 +1,7 @@
 //! Line rows as DWARF-like special opcodes: one byte holds both the code-offset advance and
 //! the line advance of a typical row; opcode 0 escapes to two LEB128 numbers for the rest.
 
-use super::wire::{Reader, Writer};
+use super::wire::{Cursor, Reader};
 use super::DecodeError;
 
 /// Smallest line advance a special opcode encodes.
@@ -13,9 +13,12 @@ pub(crate) const ESCAPE: u8 = 0;
 /// First special opcode.
 pub(crate) const OPCODE_BASE: u8 = 1;
 
+/// Most bytes one row takes: the escape and two LEB128 numbers.
+pub(crate) const MAX_ROW_LEN: usize = 1 + 2 * super::wire::MAX_LEB_LEN;
+
 /// Writes one row as an advance of `offset_adv` bytes and `line_adv` lines.
 #[inline]
-pub(crate) fn write_row(w: &mut Writer, offset_adv: u64, line_adv: i64) {
+pub(crate) fn write_row(w: &mut Cursor<'_>, offset_adv: u64, line_adv: i64) {
     // Line advances below LINE_BASE wrap to huge values, so one comparison checks both ends.
     let line_index = line_adv.wrapping_sub(LINE_BASE) as u64;
     // Offset advances of 22 or more never fit a special opcode (22 * 12 + 1 > 255).
@@ -54,11 +57,13 @@ mod tests {
         let lines = [-4i64, -3, -1, 0, 1, 8, 9, -1000, i64::MAX, i64::MIN];
         for &a in &advs {
             for &l in &lines {
-                let mut w = Writer::default();
+                let mut buf = [0u8; MAX_ROW_LEN];
+                let mut w = Cursor::new(&mut buf);
                 write_row(&mut w, a, l);
+                let len = w.len();
                 let one_byte = (-3..=8).contains(&l) && a * 12 + ((l + 3) as u64) < 255;
-                assert_eq!(w.buf.len() == 1, one_byte, "adv {a} line {l}: {:?}", w.buf);
-                let mut r = Reader::new(&w.buf);
+                assert_eq!(len == 1, one_byte, "adv {a} line {l}: {:?}", &buf[..len]);
+                let mut r = Reader::new(&buf[..len]);
                 assert_eq!(read_row(&mut r).unwrap(), (a, l));
                 assert!(r.is_at_end());
             }

@@ -96,7 +96,8 @@ impl std::error::Error for DecodeError {}
 ///
 /// Fails with [`crate::Error::Unsupported`] if a function has variables (GDB's reader API
 /// cannot show them: use the ELF format), and with the object's own validation error if it
-/// is empty or its functions overlap.
+/// is empty or its functions overlap. Call sites are left out: GDB needs none for compact
+/// frames (see `docs/FORMAT.md`).
 pub fn encode(object: &JitObject, live: Option<LiveCheck>) -> Result<Vec<u8>> {
     encode::encode_bundle(&[(object, live)])
 }

@@ -4,7 +4,9 @@
 use super::wire::Writer;
 use super::*;
 use crate::error::Error;
-use crate::model::{Arch, BaseType, CfaBase, Frame, Location, UnwindRow, Variable, VariableKind};
+use crate::model::{
+    Arch, BaseType, CallTarget, CfaBase, Frame, Location, UnwindRow, Variable, VariableKind,
+};
 use crate::LineRow;
 
 fn rows(pairs: &[(u32, u32)]) -> Vec<LineRow> {
@@ -150,7 +152,11 @@ fn round_trips_every_feature() {
     assert!(kinds.contains(&std::mem::discriminant(&Frame::Rows(vec![]))));
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let o = small_object(arch, 0x10_0000, &["x", "y", "z"]);
-        assert!(frame::is_canonical(o.functions()[0].frame(), arch, 48));
+        assert!(frame::is_canonical(
+            o.functions().get(0).unwrap().frame(),
+            arch,
+            48
+        ));
         let d = decode(&encode(&o, Some(LIVE)).unwrap()).unwrap();
         assert_eq!(d.object, o);
         assert_eq!(d.object.arch(), arch);
@@ -305,6 +311,20 @@ fn random_objects_round_trip() {
         done += 1;
     }
     assert!(done > 1000, "only {done} random objects were valid");
+}
+
+#[test]
+fn call_sites_are_left_out() {
+    let plain = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
+    let mut with = plain.clone();
+    with.add_call_site(0, 2, CallTarget::Address(0x1000))
+        .unwrap();
+    with.add_tail_call(1, 3, CallTarget::Indirect).unwrap();
+    assert_ne!(with, plain);
+    // The same bytes as without them, so the decoder gives the object without them.
+    let bytes = encode(&with, None).unwrap();
+    assert_eq!(bytes, encode(&plain, None).unwrap());
+    assert_eq!(decode(&bytes).unwrap().object, plain);
 }
 
 #[test]

@@ -10,7 +10,7 @@ pub(crate) fn invalid(what: impl std::fmt::Display, offset: usize) -> DecodeErro
 }
 
 /// Most bytes a LEB128 number of 64 bits takes.
-const MAX_LEB_LEN: usize = 10;
+pub(crate) const MAX_LEB_LEN: usize = 10;
 
 /// Writes `v` as ULEB128 at the start of `out` and returns its length (at most
 /// `MAX_LEB_LEN`; `out` must have room for it).
@@ -82,18 +82,9 @@ impl Writer {
         self.buf.extend_from_slice(&bytes[..n]);
     }
 
-    #[inline(always)]
+    /// (The encoder writes signed numbers only inside functions, through a `Cursor`.)
+    #[cfg(test)]
     pub(crate) fn sleb(&mut self, v: i64) {
-        // One byte holds -64..=63.
-        if (-0x40..0x40).contains(&v) {
-            self.buf.push((v as u8) & 0x7f);
-        } else {
-            self.sleb_long(v);
-        }
-    }
-
-    #[inline(never)]
-    fn sleb_long(&mut self, v: i64) {
         let mut bytes = [0u8; MAX_LEB_LEN];
         let n = put_sleb(&mut bytes, v);
         self.buf.extend_from_slice(&bytes[..n]);
@@ -105,6 +96,71 @@ impl Writer {
         self.uleb(s.len() as u64);
         self.bytes(s.as_bytes());
     }
+}
+
+/// Writes values into a slice that the caller made long enough for everything written
+/// (counting `MAX_LEB_LEN` bytes per LEB128 number): the encoder's inner loop checks
+/// capacity once per function, not once per byte.
+pub(crate) struct Cursor<'b> {
+    out: &'b mut [u8],
+    len: usize,
+}
+
+impl<'b> Cursor<'b> {
+    pub(crate) fn new(out: &'b mut [u8]) -> Self {
+        Cursor { out, len: 0 }
+    }
+
+    /// Bytes written so far (from the start of the slice).
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    pub(crate) fn u8(&mut self, v: u8) {
+        self.out[self.len] = v;
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    pub(crate) fn uleb(&mut self, v: u64) {
+        if v < 0x80 {
+            self.u8(v as u8);
+        } else {
+            self.len += put_uleb_cold(&mut self.out[self.len..], v);
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn sleb(&mut self, v: i64) {
+        if (-0x40..0x40).contains(&v) {
+            self.u8((v as u8) & 0x7f);
+        } else {
+            self.len += put_sleb_cold(&mut self.out[self.len..], v);
+        }
+    }
+
+    /// A length-prefixed string (the caller has checked it against `MAX_TEXT_LEN`).
+    #[inline]
+    pub(crate) fn text(&mut self, s: &str) {
+        self.uleb(s.len() as u64);
+        self.out[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+    }
+}
+
+// The long forms, out of line: they get the slice rather than the cursor, so that the
+// cursor's length can stay in a register in the encoder's loops.
+#[cold]
+#[inline(never)]
+fn put_uleb_cold(out: &mut [u8], v: u64) -> usize {
+    put_uleb(out, v)
+}
+
+#[cold]
+#[inline(never)]
+fn put_sleb_cold(out: &mut [u8], v: i64) -> usize {
+    put_sleb(out, v)
 }
 
 /// Reads values from a byte slice, never past its end.

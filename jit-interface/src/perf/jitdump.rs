@@ -58,7 +58,7 @@ fn thread_id() -> u32 {
 /// touch (so reading the gap cannot fault where reading the functions would not). Only a
 /// run that fails is read again function by function, to name the unreadable ones.
 pub fn code_bytes(object: &JitObject, buf: &mut Vec<u8>) -> Vec<Result<Range<usize>, String>> {
-    let funcs = object.functions();
+    let funcs: Vec<Function> = object.functions().iter().collect();
     let mut order: Vec<usize> = (0..funcs.len()).collect();
     order.sort_by_key(|&i| funcs[i].start());
     // Runs: (first address, end address, first index into `order`, end index).
@@ -407,7 +407,7 @@ impl JitDump {
         let timestamp = monotonic_ns();
         let tid = thread_id();
         let ranges = code_bytes(object, &mut self.code);
-        let funcs = object.functions();
+        let funcs: Vec<Function> = object.functions().iter().collect();
         // Address order: with unwinding tables perf's map of a function extends past its
         // code, and a later load at a higher address must be the one that trims it.
         let mut order: Vec<usize> = (0..funcs.len()).collect();
@@ -516,7 +516,14 @@ mod tests {
         assert_eq!((u32_at(&h, 20), u64_at(&h, 24)), (42, 7));
 
         let mut out = Vec::new();
-        enc.encode_function(Arch::X86_64, &o.functions()[0], &code, 9, 100, &mut out);
+        enc.encode_function(
+            Arch::X86_64,
+            &o.functions().get(0).unwrap(),
+            &code,
+            9,
+            100,
+            &mut out,
+        );
         let mut ids = Vec::new();
         let mut at = 0;
         while at < out.len() {

@@ -22,7 +22,7 @@ pub fn map_line(f: &Function, out: &mut Vec<u8>) {
 /// Appends the map lines of every function of `object` to `out`.
 pub fn map_lines(object: &JitObject, out: &mut Vec<u8>) {
     for f in object.functions() {
-        map_line(f, out);
+        map_line(&f, out);
     }
 }
 
@@ -86,7 +86,7 @@ impl PerfMap {
     pub(crate) fn write_object(&mut self, object: &JitObject) -> io::Result<()> {
         for f in object.functions() {
             self.line.clear();
-            map_line(f, &mut self.line);
+            map_line(&f, &mut self.line);
             self.out.write_all(&self.line)?;
         }
         Ok(())

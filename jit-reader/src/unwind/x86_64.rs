@@ -192,7 +192,10 @@ mod tests {
         let f = o.add_function("f", CODE, 40).unwrap();
         o.set_frame_pointer(f, 1, 4).unwrap();
         o.add_epilogue(f, 30, 31).unwrap();
-        func(&o.functions()[f].frame().rows(Arch::X86_64, 40), 40)
+        func(
+            &o.functions().get(f).unwrap().frame().rows(Arch::X86_64, 40),
+            40,
+        )
     }
 
     fn regs(pc_off: u64, sp: u64, fp: Option<u64>) -> FrameRegs {
