@@ -327,6 +327,27 @@ mod tests {
 
     type Rule = Option<RegisterRule<usize>>;
 
+    /// Expected rules (see `rule_at`) of a frame-pointer function: at its entry (and after
+    /// its epilogue), after `push rbp`, and once rbp is the frame pointer.
+    const ENTRY: (u16, i64, Rule, Rule) = (
+        7,
+        8,
+        Some(RegisterRule::SameValue),
+        Some(RegisterRule::Offset(-8)),
+    );
+    const PUSHED: (u16, i64, Rule, Rule) = (
+        7,
+        16,
+        Some(RegisterRule::Offset(-16)),
+        Some(RegisterRule::Offset(-8)),
+    );
+    const FRAMED: (u16, i64, Rule, Rule) = (
+        6,
+        16,
+        Some(RegisterRule::Offset(-16)),
+        Some(RegisterRule::Offset(-8)),
+    );
+
     /// The unwind rule at `addr`: (CFA register, CFA offset, rule for rbp, rule for rip).
     fn rule_at(p: &Parsed, addr: u64) -> (u16, i64, Rule, Rule) {
         let frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
@@ -358,24 +379,9 @@ mod tests {
         o.add_epilogue(f, 22, 23).unwrap();
         let p = Parsed::encode(&o);
         let base = 0x7000_1000;
-        let entry = (
-            7,
-            8,
-            Some(RegisterRule::SameValue),
-            Some(RegisterRule::Offset(-8)),
-        );
-        let pushed = (
-            7,
-            16,
-            Some(RegisterRule::Offset(-16)),
-            Some(RegisterRule::Offset(-8)),
-        );
-        let framed = (
-            6,
-            16,
-            Some(RegisterRule::Offset(-16)),
-            Some(RegisterRule::Offset(-8)),
-        );
+        let entry = ENTRY;
+        let pushed = PUSHED;
+        let framed = FRAMED;
         assert_eq!(rule_at(&p, base), entry, "first instruction");
         assert_eq!(rule_at(&p, base + 1), pushed, "after push rbp");
         assert_eq!(rule_at(&p, base + 3), pushed, "inside mov rbp, rsp");
@@ -422,12 +428,7 @@ mod tests {
         ];
         o.set_unwind(g, &rows).unwrap();
         let p = Parsed::encode(&o);
-        let framed = (
-            6,
-            16,
-            Some(RegisterRule::Offset(-16)),
-            Some(RegisterRule::Offset(-8)),
-        );
+        let framed = FRAMED;
         assert_eq!(rule_at(&p, 0x1000), framed);
         assert_eq!(rule_at(&p, 0x1007), framed);
         assert_eq!(rule_at(&p, 0x1008).1, 8);
@@ -544,24 +545,9 @@ mod tests {
                 (next + 0x1000, 60),
             ]
         );
-        let entry = (
-            7,
-            8,
-            Some(RegisterRule::SameValue),
-            Some(RegisterRule::Offset(-8)),
-        );
-        let framed = (
-            6,
-            16,
-            Some(RegisterRule::Offset(-16)),
-            Some(RegisterRule::Offset(-8)),
-        );
-        let pushed = (
-            7,
-            16,
-            Some(RegisterRule::Offset(-16)),
-            Some(RegisterRule::Offset(-8)),
-        );
+        let entry = ENTRY;
+        let framed = FRAMED;
+        let pushed = PUSHED;
         for (i, &(start, size, epilogue)) in functions.iter().enumerate() {
             assert_eq!(rule_at(&p, start), entry, "f{i} entry");
             assert_eq!(rule_at(&p, start + 1), pushed, "f{i} after push rbp");
@@ -620,19 +606,9 @@ mod tests {
         o.add_epilogue(f, size - 1, size).unwrap();
         let p = Parsed::encode(&o);
         let base = 0x7000_0000;
-        let pushed = (
-            7,
-            16,
-            Some(RegisterRule::Offset(-16)),
-            Some(RegisterRule::Offset(-8)),
-        );
-        let framed = (6, 16, pushed.2.clone(), pushed.3.clone());
-        let entry = (
-            7,
-            8,
-            Some(RegisterRule::SameValue),
-            Some(RegisterRule::Offset(-8)),
-        );
+        let pushed = PUSHED;
+        let framed = FRAMED;
+        let entry = ENTRY;
         assert_eq!(rule_at(&p, base + 199), pushed);
         assert_eq!(rule_at(&p, base + 200), framed);
         assert_eq!(rule_at(&p, base + 69_999), framed);
