@@ -109,6 +109,10 @@ def stops(text):
     m = re.search(r"TOTAL hooks (\d+) calls", text)
     return m.group(1) if m else "-"
 
+def median(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
 def floor_reg_s(text):
     return float(re.search(r"TOTAL reg .*: ([\d.]+) s,", text).group(1))
 
@@ -237,8 +241,7 @@ def bt_section():
     def ratio(r, a, b, i):
         """Median over rounds of a / b (i = 0 wall, 1 CPU): a round's two timings ran back to
         back, under the same load."""
-        q = sorted(r[a][k][i] / r[b][k][i] for k in r[a])
-        return q[len(q) // 2]
+        return median([r[a][k][i] / r[b][k][i] for k in r[a]])
     def mir(key):
         """Instructions of a case in millions, or '-' without valgrind."""
         return f"{cg[key] / 1e6:.1f} M" if cg else "-"
@@ -298,9 +301,6 @@ if os.environ.get("BENCH_ONLY") == "bt":
 
 # (1) in-process, no debugger
 N1 = 20000 if QUICK else 100000
-def median(xs):
-    xs = sorted(xs)
-    return xs[len(xs) // 2]
 REPS1 = 5
 w("## 1. Registration without a debugger\n")
 w(f"{N1} functions, K functions per registered object. Ours: build model + encode + register, "
