@@ -487,7 +487,11 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 // The slot is assigned under the lock; its address and key are patched in.
                 let placeholder = LiveCheck { address: 0, key: 1 };
                 crate::format::encode_record(&mut scratch, object, Some(placeholder))?;
-                (None, None)
+                // Compact records have no call sites, but the ELF batches a small object is
+                // merged into under a debugger can: an object that declares some keeps its
+                // model for them (the others' models are decoded from their records).
+                let calls = !big && object.functions().iter().any(|f| !f.calls().is_empty());
+                (None, calls.then(|| Arc::new(object.clone())))
             }
             Format::Elf => {
                 if format == Format::Compact {
