@@ -15,6 +15,7 @@
 mod bytes;
 mod cfi;
 mod dwarf;
+mod gdb_index;
 mod layout;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -22,6 +23,9 @@ mod writer;
 
 use crate::error::{Error, Result};
 use crate::model::{Arch, JitObject};
+
+/// Objects of up to this many functions get a `.gdb_index` (see `gdb_index.rs`).
+const INDEXED_FUNCTIONS: usize = 8;
 
 /// Encodes `object` as an ELF relocatable object whose sections sit at the code's real
 /// addresses.
@@ -39,6 +43,14 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
     let layout = layout::Layout::new(object);
     let debug = dwarf::build(&layout)?;
     let frame = cfi::debug_frame(object.arch(), &layout.functions)?;
+    // Small objects are what runtimes register one by one, each a GDB stop: an index spares
+    // GDB reading their DWARF at the stop. Large ones would pay ~50 bytes + name per
+    // function for it, and are registered rarely.
+    let index = if layout.functions.len() <= INDEXED_FUNCTIONS {
+        gdb_index::build(&layout, &debug.info)?
+    } else {
+        Vec::new()
+    };
     let sections = [
         writer::DataSection {
             name: b".debug_info",
@@ -59,6 +71,10 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
         writer::DataSection {
             name: b".debug_frame",
             data: &frame,
+        },
+        writer::DataSection {
+            name: b".gdb_index",
+            data: &index,
         },
     ];
     Ok(writer::write(

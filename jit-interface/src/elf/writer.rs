@@ -5,12 +5,15 @@
 //! Sections, in file order:
 //! - one NOBITS `.text` per run of adjacent functions (ALLOC|EXECINSTR, at the run's
 //!   address; the code itself stays in the process, the debugger reads it from memory),
-//! - `.debug_info`, `.debug_abbrev`, `.debug_line`, `.debug_ranges`, `.debug_frame` (not
-//!   ALLOC: GDB sorts every ALLOC section of every objfile on each change), those not empty,
+//! - `.debug_info`, `.debug_abbrev`, `.debug_line`, `.debug_ranges`, `.debug_frame`,
+//!   `.gdb_index` (small objects only), those not empty (not ALLOC: GDB sorts every ALLOC
+//!   section of every objfile on each change),
 //! - `.debug_str` and `.strtab`: ONE string table with two headers, so that each name is
-//!   stored once,
+//!   stored once; the section names follow the function names in it, and it is the section
+//!   name table too (no `.shstrtab`: GDB reads every section header and the name table from
+//!   the process, one read each, at every registration),
 //! - `.symtab` with a global FUNC symbol per function, `.symtab_shndx` if a `.text` index
-//!   does not fit 16 bits, `.shstrtab`.
+//!   does not fit 16 bits.
 
 use object::elf;
 
@@ -105,23 +108,21 @@ pub(super) fn write(
     // Symbols name their section in 16 bits unless the index is reserved (0xff00 and up);
     // then in the extended index table.
     let shndx = layout.runs.len() >= elf::SHN_LORESERVE as usize;
-    let shstrtab = symtab + 1 + usize::from(shndx);
-    let count = shstrtab + 1;
+    let count = symtab + 1 + usize::from(shndx);
 
-    // Section names, each once.
+    // Section names, each once, appended to `strings` (offsets from its start).
     let mut names = Vec::with_capacity(128);
-    names.push(0);
-    let text_name = add_name(&mut names, b".text");
-    let data_names: Vec<u32> = data.iter().map(|s| add_name(&mut names, s.name)).collect();
-    let debug_str_name = add_name(&mut names, b".debug_str");
-    let strtab_name = add_name(&mut names, b".strtab");
-    let symtab_name = add_name(&mut names, b".symtab");
+    let name_at = |names: &mut Vec<u8>, name: &[u8]| strings.len() as u32 + add_name(names, name);
+    let text_name = name_at(&mut names, b".text");
+    let data_names: Vec<u32> = data.iter().map(|s| name_at(&mut names, s.name)).collect();
+    let debug_str_name = name_at(&mut names, b".debug_str");
+    let strtab_name = name_at(&mut names, b".strtab");
+    let symtab_name = name_at(&mut names, b".symtab");
     let shndx_name = if shndx {
-        add_name(&mut names, b".symtab_shndx")
+        name_at(&mut names, b".symtab_shndx")
     } else {
         0
     };
-    let shstrtab_name = add_name(&mut names, b".shstrtab");
 
     // File layout.
     let mut offsets = Vec::with_capacity(data.len());
@@ -131,7 +132,8 @@ pub(super) fn write(
         at += s.data.len();
     }
     let strings_at = at;
-    at += strings.len();
+    let strings_len = strings.len() + names.len();
+    at += strings_len;
     let symbols = layout.functions.len() + 1;
     let symtab_at = align(at, 8);
     at = symtab_at + symbols * SYMBOL;
@@ -139,8 +141,6 @@ pub(super) fn write(
     if shndx {
         at = shndx_at + symbols * 4;
     }
-    let shstrtab_at = at;
-    at += names.len();
     let headers_at = align(at, 8);
     let len = headers_at + count * SECTION_HEADER;
 
@@ -171,13 +171,14 @@ pub(super) fn write(
     out.u16(if extended {
         elf::SHN_XINDEX.0
     } else {
-        shstrtab as u16
+        strtab as u16
     });
 
     for s in &data {
         out.extend_from_slice(s.data);
     }
     out.extend_from_slice(strings);
+    out.extend_from_slice(&names);
     out.resize(symtab_at, 0);
     out.extend_from_slice(&[0; SYMBOL]);
     let info = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
@@ -208,7 +209,6 @@ pub(super) fn write(
             out.u32((first_text + run) as u32);
         }
     }
-    out.extend_from_slice(&names);
     out.resize(headers_at, 0);
 
     // Section headers.
@@ -216,7 +216,7 @@ pub(super) fn write(
     null.align = 0;
     if extended {
         null.size = count as u64;
-        null.link = shstrtab as u32;
+        null.link = strtab as u32;
     }
     null.write(&mut out);
     for run in &layout.runs {
@@ -237,11 +237,11 @@ pub(super) fn write(
     for ((s, &offset), &name) in data.iter().zip(&offsets).zip(&data_names) {
         Header::data(name, elf::SHT_PROGBITS, offset, s.data.len()).write(&mut out);
     }
-    let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings.len());
+    let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings_len);
     h.flags = elf::SHF_MERGE | elf::SHF_STRINGS;
     h.entsize = 1;
     h.write(&mut out);
-    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings.len()).write(&mut out);
+    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings_len).write(&mut out);
     let mut h = Header::data(symtab_name, elf::SHT_SYMTAB, symtab_at, symbols * SYMBOL);
     h.link = strtab as u32;
     // Only the null symbol is local.
@@ -256,7 +256,6 @@ pub(super) fn write(
         h.entsize = 4;
         h.write(&mut out);
     }
-    Header::data(shstrtab_name, elf::SHT_STRTAB, shstrtab_at, names.len()).write(&mut out);
     debug_assert_eq!(out.len(), len);
     out
 }
