@@ -758,7 +758,7 @@ impl State {
                     });
                 };
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
-                let buf = crate::elf::encode(&JitObject::merged(arch, models.iter().copied()))?;
+                let buf = crate::elf::encode_objects(arch, &models)?;
                 Ok((buf, slots))
             }
         }

@@ -13,7 +13,7 @@
 use gimli::constants as dw;
 
 use super::bytes::{patch_length, Put};
-use super::layout::MAX_PADDING;
+use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
 
@@ -88,17 +88,40 @@ fn advance(delta: u64, out: &mut Vec<u8>) {
     }
 }
 
+/// The encoded `.debug_frame`, and storage kept between payloads.
+#[derive(Default)]
+pub(super) struct Parts {
+    pub frame: Vec<u8>,
+    rows: Vec<UnwindRow>,
+    first_rows: Vec<UnwindRow>,
+    repeat_rows: Vec<UnwindRow>,
+    repeat_bytes: Vec<u8>,
+    step: Vec<u8>,
+    reset: Vec<u8>,
+}
+
+impl Parts {
+    /// Bytes of storage held.
+    pub fn bytes(&self) -> usize {
+        self.frame.capacity()
+            + self.repeat_bytes.capacity()
+            + self.step.capacity()
+            + self.reset.capacity()
+            + (self.rows.capacity() + self.first_rows.capacity() + self.repeat_rows.capacity())
+                * std::mem::size_of::<UnwindRow>()
+    }
+}
+
 /// The checked frame rows of one function at a time. Consecutive functions often have the
 /// same frame description and size (one JIT, one prologue): their rows are made and checked
 /// once.
-#[derive(Default)]
-struct Rows<'f> {
+struct Rows<'f, 'p> {
     /// The frame and size `rows` were made for.
     of: Option<(&'f Frame, u32)>,
-    rows: Vec<UnwindRow>,
+    rows: &'p mut Vec<UnwindRow>,
 }
 
-impl<'f> Rows<'f> {
+impl<'f> Rows<'f, '_> {
     /// The rows of `f`, and whether they are those of the function asked about before.
     fn of<'a>(&'a mut self, arch: Arch, f: Function<'f>) -> Result<(&'a [UnwindRow], bool)>
     where
@@ -116,14 +139,14 @@ impl<'f> Rows<'f> {
             self.of = None;
             return Ok((rows, false));
         }
-        let same = matches!(self.of, Some((frame, size)) if frame == f.frame() && size == f.size());
+        let same = matches!(self.of, Some((frame, size)) if size == f.size() && (std::ptr::eq(frame, f.frame()) || frame == f.frame()));
         if !same {
             self.of = None;
-            self.rows = f.frame().rows(arch, f.size().into());
-            check(&self.rows)?;
+            f.frame().rows_into(arch, f.size().into(), self.rows);
+            check(self.rows)?;
             self.of = Some((f.frame(), f.size()));
         }
-        Ok((&self.rows, same))
+        Ok((self.rows, same))
     }
 }
 
@@ -136,10 +159,21 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
     patch_length(out, start, ".debug_frame")
 }
 
-/// Encodes the `.debug_frame` section for `functions` (in address order).
-pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>> {
+/// Encodes the `.debug_frame` section for the functions of `layout` into `parts.frame`.
+pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
+    let Parts {
+        frame: out,
+        rows,
+        first_rows,
+        repeat_rows,
+        repeat_bytes,
+        step,
+        reset,
+    } = parts;
+    let functions = &layout.functions;
+    out.clear();
     // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
-    let mut out = Vec::with_capacity(32 + functions.len() * 16 + functions.len() / 2);
+    out.reserve(32 + functions.len() * 16 + functions.len() / 2);
 
     // The CIE, at offset 0: version 1 (what every debugger reads; GCC emits it too), no
     // augmentation, code offsets in bytes, stack offsets factored by -8.
@@ -160,15 +194,22 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
     out.uleb(1);
     out.u8(dw::DW_CFA_same_value.0);
     out.uleb(RBP.into());
-    finish_entry(&mut out, 0)?;
+    finish_entry(out, 0)?;
 
-    let mut rows = Rows::default();
-    let mut repeat = Repeat::default();
+    let mut rows = Rows { of: None, rows };
+    repeat_rows.clear();
+    repeat_bytes.clear();
+    let mut repeat = Repeat {
+        key: None,
+        rows: repeat_rows,
+        bytes: repeat_bytes,
+        advanced: 0,
+    };
     // Rows of the open FDE's first function.
-    let mut first_rows: Vec<UnwindRow> = Vec::new();
+    first_rows.clear();
     let mut open: Option<Fde> = None;
-    let (mut step, mut reset) = (Vec::new(), Vec::new());
-    for (i, &f) in functions.iter().enumerate() {
+    for (i, p) in functions.iter().enumerate() {
+        let f = p.f;
         // Rows the same as the previous function's (which is in the open FDE) match the
         // FDE's first function as the previous function's did, and are the repeat's rows.
         let (rows, same) = rows.of(arch, f)?;
@@ -179,7 +220,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             fde.functions < FDE_FUNCTIONS
                 && f.start() - fde.end <= MAX_PADDING
                 && f.end() - fde.start <= u64::from(u32::MAX)
-                && (same || same_by_offset(&first_rows, fde.first_size, rows, f.size()))
+                && (same || same_by_offset(first_rows, fde.first_size, rows, f.size()))
         });
         let fde = match open.as_mut() {
             Some(fde) if joins => {
@@ -192,7 +233,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             }
             _ => {
                 if let Some(fde) = open.take() {
-                    fde.finish(&mut out)?;
+                    fde.finish(out)?;
                 }
                 first_rows.clear();
                 first_rows.extend_from_slice(rows);
@@ -216,8 +257,8 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             }
         };
         let key = (fde.state, f.start() - fde.loc, fde.functions > 0);
-        if repeat.key == Some(key) && (same || repeat.rows == rows) {
-            out.extend_from_slice(&repeat.bytes);
+        if repeat.key == Some(key) && (same || **repeat.rows == *rows) {
+            out.extend_from_slice(repeat.bytes);
             fde.loc += repeat.advanced;
             if let Some(last) = rows.last() {
                 fde.state = *last;
@@ -226,22 +267,22 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             let (begin, loc) = (out.len(), fde.loc);
             for (n, row) in rows.iter().enumerate() {
                 step.clear();
-                transition(&fde.state, row, &mut step);
+                transition(&fde.state, row, step);
                 if n == 0 && fde.functions > 0 {
                     // Either from the previous function's last rules, or back to the entry
                     // state (and keep it again) and from there: whichever is shorter.
                     reset.clear();
                     reset.u8(dw::DW_CFA_restore_state.0);
                     reset.u8(dw::DW_CFA_remember_state.0);
-                    transition(&entry, row, &mut reset);
+                    transition(&entry, row, reset);
                     if reset.len() < step.len() {
-                        std::mem::swap(&mut step, &mut reset);
+                        std::mem::swap(step, reset);
                     }
                 }
                 if !step.is_empty() {
                     let addr = f.start() + u64::from(row.offset);
-                    advance(addr - fde.loc, &mut out);
-                    out.extend_from_slice(&step);
+                    advance(addr - fde.loc, out);
+                    out.extend_from_slice(step);
                     fde.loc = addr;
                 }
                 fde.state = *row;
@@ -260,21 +301,20 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
         fde.end = f.end();
     }
     if let Some(fde) = open {
-        fde.finish(&mut out)?;
+        fde.finish(out)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The instructions written for the last function's rows, written again as they are for
 /// the next function that enters with the same rules, at the same distance from the
 /// location reached, with the same rows: neighbours compiled alike cost a copy.
-#[derive(Default)]
-struct Repeat {
+struct Repeat<'p> {
     /// The rules entered with, the distance from the location reached to the function's
     /// start, and whether the function was not its FDE's first.
     key: Option<(UnwindRow, u64, bool)>,
-    rows: Vec<UnwindRow>,
-    bytes: Vec<u8>,
+    rows: &'p mut Vec<UnwindRow>,
+    bytes: &'p mut Vec<u8>,
     /// How far the instructions moved the location.
     advanced: u64,
 }

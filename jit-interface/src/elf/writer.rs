@@ -23,12 +23,25 @@ pub(super) struct DataSection<'a> {
     pub data: &'a [u8],
 }
 
-/// Appends `name` to the section-name table and returns its offset.
-fn add_name(names: &mut Vec<u8>, name: &[u8]) -> u32 {
-    let at = names.len() as u32;
-    names.extend_from_slice(name);
-    names.push(0);
-    at
+/// The section-name table, on the stack: the longest is 123 bytes (every section).
+struct Names {
+    bytes: [u8; 128],
+    len: usize,
+}
+
+impl Names {
+    /// Appends `name` and returns its offset.
+    fn add(&mut self, name: &[u8]) -> u32 {
+        let at = self.len;
+        self.bytes[at..at + name.len()].copy_from_slice(name);
+        // The NUL is there already.
+        self.len += name.len() + 1;
+        at as u32
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 const FILE_HEADER: usize = 64;
@@ -86,15 +99,19 @@ fn align(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
-/// Writes the object. `strings` is the shared `.debug_str`/`.strtab` (first byte NUL),
-/// `name_offsets[i]` the offset of `layout.functions[i]`'s name in it.
-pub(super) fn write(
-    layout: &Layout<'_>,
-    sections: &[DataSection<'_>],
-    strings: &[u8],
-    name_offsets: &[u32],
-) -> Vec<u8> {
-    let data: Vec<&DataSection> = sections.iter().filter(|s| !s.data.is_empty()).collect();
+/// Writes the object: its `sections` (those not empty), and the string table and symbols
+/// from `layout`.
+pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 5]) -> Vec<u8> {
+    // The sections not empty, in order.
+    let mut data: [&DataSection; 5] = [&sections[0]; 5];
+    let mut data_len = 0;
+    for s in sections {
+        if !s.data.is_empty() {
+            data[data_len] = s;
+            data_len += 1;
+        }
+    }
+    let data = &data[..data_len];
 
     // Section indices.
     let first_text = 1;
@@ -109,29 +126,36 @@ pub(super) fn write(
     let count = shstrtab + 1;
 
     // Section names, each once.
-    let mut names = Vec::with_capacity(128);
-    names.push(0);
-    let text_name = add_name(&mut names, b".text");
-    let data_names: Vec<u32> = data.iter().map(|s| add_name(&mut names, s.name)).collect();
-    let debug_str_name = add_name(&mut names, b".debug_str");
-    let strtab_name = add_name(&mut names, b".strtab");
-    let symtab_name = add_name(&mut names, b".symtab");
+    let mut names = Names {
+        bytes: [0; 128],
+        len: 1,
+    };
+    let text_name = names.add(b".text");
+    let mut data_names = [0; 5];
+    for (s, name) in data.iter().zip(&mut data_names) {
+        *name = names.add(s.name);
+    }
+    let debug_str_name = names.add(b".debug_str");
+    let strtab_name = names.add(b".strtab");
+    let symtab_name = names.add(b".symtab");
     let shndx_name = if shndx {
-        add_name(&mut names, b".symtab_shndx")
+        names.add(b".symtab_shndx")
     } else {
         0
     };
-    let shstrtab_name = add_name(&mut names, b".shstrtab");
+    let shstrtab_name = names.add(b".shstrtab");
+    let names = names.as_slice();
 
     // File layout.
-    let mut offsets = Vec::with_capacity(data.len());
+    let mut offsets = [0; 5];
     let mut at = FILE_HEADER;
-    for s in &data {
-        offsets.push(at);
+    for (s, offset) in data.iter().zip(&mut offsets) {
+        *offset = at;
         at += s.data.len();
     }
     let strings_at = at;
-    at += strings.len();
+    let strings_len = layout.strings_len;
+    at += strings_len;
     let symbols = layout.functions.len() + 1;
     let symtab_at = align(at, 8);
     at = symtab_at + symbols * SYMBOL;
@@ -174,19 +198,29 @@ pub(super) fn write(
         shstrtab as u16
     });
 
-    for s in &data {
+    for s in data {
         out.extend_from_slice(s.data);
     }
-    out.extend_from_slice(strings);
+    // The string table: the names in layout order (`Layout::name_offsets`).
+    out.u8(0);
+    for p in &layout.functions {
+        out.cstr(p.f.name());
+    }
+    debug_assert_eq!(out.len(), strings_at + strings_len);
     out.resize(symtab_at, 0);
     out.extend_from_slice(&[0; SYMBOL]);
     let info = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
-    for (i, f) in layout.functions.iter().enumerate() {
-        let run = layout.run_of[i];
+    // The run of the function: functions and runs are both in address order.
+    let mut run = 0;
+    for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
+        let f = p.f;
+        while f.start() >= layout.runs[run].end {
+            run += 1;
+        }
         let section = first_text + run;
         // One symbol assembled, then appended: one capacity check.
         let mut symbol = [0u8; SYMBOL];
-        symbol[..4].copy_from_slice(&name_offsets[i].to_le_bytes());
+        symbol[..4].copy_from_slice(&name.to_le_bytes());
         symbol[4] = info;
         symbol[5] = elf::STV_DEFAULT.0;
         let index = if shndx {
@@ -204,11 +238,15 @@ pub(super) fn write(
     if shndx {
         out.resize(shndx_at, 0);
         out.u32(0);
-        for &run in &layout.run_of {
+        let mut run = 0;
+        for p in &layout.functions {
+            while p.f.start() >= layout.runs[run].end {
+                run += 1;
+            }
             out.u32((first_text + run) as u32);
         }
     }
-    out.extend_from_slice(&names);
+    out.extend_from_slice(names);
     out.resize(headers_at, 0);
 
     // Section headers.
@@ -237,11 +275,11 @@ pub(super) fn write(
     for ((s, &offset), &name) in data.iter().zip(&offsets).zip(&data_names) {
         Header::data(name, elf::SHT_PROGBITS, offset, s.data.len()).write(&mut out);
     }
-    let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings.len());
+    let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings_len);
     h.flags = elf::SHF_MERGE | elf::SHF_STRINGS;
     h.entsize = 1;
     h.write(&mut out);
-    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings.len()).write(&mut out);
+    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings_len).write(&mut out);
     let mut h = Header::data(symtab_name, elf::SHT_SYMTAB, symtab_at, symbols * SYMBOL);
     h.link = strtab as u32;
     // Only the null symbol is local.
