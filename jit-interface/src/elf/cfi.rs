@@ -12,7 +12,7 @@
 
 use gimli::constants as dw;
 
-use super::bytes::{patch_length, Put};
+use super::bytes::{extend_small, patch_length, Put};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
@@ -92,6 +92,8 @@ fn advance(delta: u64, out: &mut Vec<u8>) {
 #[derive(Default)]
 pub(super) struct Parts {
     pub frame: Vec<u8>,
+    /// The CIE, the same in every payload.
+    cie: Vec<u8>,
     rows: Vec<UnwindRow>,
     first_rows: Vec<UnwindRow>,
     repeat_rows: Vec<UnwindRow>,
@@ -159,10 +161,33 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
     patch_length(out, start, ".debug_frame")
 }
 
+/// Writes the CIE every FDE refers to: version 1 (what every debugger reads; GCC emits it
+/// too), no augmentation, code offsets in bytes, stack offsets factored by -8, and the
+/// state at a function's first instruction.
+fn write_cie(out: &mut Vec<u8>) -> Result<()> {
+    out.u32(0);
+    out.u32(u32::MAX);
+    out.u8(1);
+    out.u8(0);
+    out.uleb(1);
+    out.sleb(DATA_ALIGN.into());
+    out.u8(RA);
+    // CFA = rsp + 8, return address at CFA - 8, rbp still the caller's.
+    out.u8(dw::DW_CFA_def_cfa.0);
+    out.uleb(RSP.into());
+    out.uleb(UnwindRow::X86_64_ENTRY.cfa_offset as u64);
+    out.u8(dw::DW_CFA_offset.0 | RA);
+    out.uleb(1);
+    out.u8(dw::DW_CFA_same_value.0);
+    out.uleb(RBP.into());
+    finish_entry(out, 0)
+}
+
 /// Encodes the `.debug_frame` section for the functions of `layout` into `parts.frame`.
 pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
     let Parts {
         frame: out,
+        cie,
         rows,
         first_rows,
         repeat_rows,
@@ -175,32 +200,19 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
     // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
     out.reserve(32 + functions.len() * 16 + functions.len() / 2);
 
-    // The CIE, at offset 0: version 1 (what every debugger reads; GCC emits it too), no
-    // augmentation, code offsets in bytes, stack offsets factored by -8.
-    out.u32(0);
-    out.u32(u32::MAX);
-    out.u8(1);
-    out.u8(0);
-    out.uleb(1);
-    out.sleb(DATA_ALIGN.into());
-    out.u8(RA);
-    // The state at a function's first instruction: CFA = rsp + 8, return address at
-    // CFA - 8, rbp still the caller's.
+    // The CIE, at offset 0 (made once per thread).
+    if cie.is_empty() {
+        write_cie(cie)?;
+    }
+    out.extend_from_slice(cie);
     let entry = UnwindRow::X86_64_ENTRY;
-    out.u8(dw::DW_CFA_def_cfa.0);
-    out.uleb(RSP.into());
-    out.uleb(entry.cfa_offset as u64);
-    out.u8(dw::DW_CFA_offset.0 | RA);
-    out.uleb(1);
-    out.u8(dw::DW_CFA_same_value.0);
-    out.uleb(RBP.into());
-    finish_entry(out, 0)?;
 
     let mut rows = Rows { of: None, rows };
     repeat_rows.clear();
     repeat_bytes.clear();
     let mut repeat = Repeat {
         key: None,
+        short: [0; SHORT],
         rows: repeat_rows,
         bytes: repeat_bytes,
         advanced: 0,
@@ -258,7 +270,11 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
         };
         let key = (fde.state, f.start() - fde.loc, fde.functions > 0);
         if repeat.key == Some(key) && (same || **repeat.rows == *rows) {
-            out.extend_from_slice(repeat.bytes);
+            if repeat.bytes.len() <= SHORT {
+                extend_small(out, &repeat.short, repeat.bytes.len());
+            } else {
+                out.extend_from_slice(repeat.bytes);
+            }
             fde.loc += repeat.advanced;
             if let Some(last) = rows.last() {
                 fde.state = *last;
@@ -294,6 +310,9 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
                 repeat.rows.extend_from_slice(rows);
                 repeat.bytes.clear();
                 repeat.bytes.extend_from_slice(&out[begin..]);
+                if let Some(short) = repeat.short.get_mut(..repeat.bytes.len()) {
+                    short.copy_from_slice(repeat.bytes);
+                }
                 repeat.advanced = fde.loc - loc;
             }
         }
@@ -315,9 +334,14 @@ struct Repeat<'p> {
     key: Option<(UnwindRow, u64, bool)>,
     rows: &'p mut Vec<UnwindRow>,
     bytes: &'p mut Vec<u8>,
+    /// The start of `bytes`: all of them if they are [`SHORT`] or fewer, the usual case.
+    short: [u8; SHORT],
     /// How far the instructions moved the location.
     advanced: u64,
 }
+
+/// See [`Repeat::short`].
+const SHORT: usize = 32;
 
 /// The FDE being written.
 struct Fde {

@@ -29,10 +29,10 @@ use gimli::constants::{DwAt, DwForm, DwTag};
 
 use std::collections::HashMap;
 
-use super::bytes::{offset32, patch_length, Put};
+use super::bytes::{extend_small, offset32, patch_length, At, Put};
 use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::model::{BaseType, CallTarget, Function, Location, VariableKind};
+use crate::model::{BaseType, CallTarget, Function, LineRow, Location, VariableKind};
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
 const FRAME_POINTER: u8 = 6;
@@ -44,6 +44,26 @@ const LINE_RANGE: u64 = 14;
 const OPCODE_BASE: u8 = 13;
 /// Operand counts of the standard opcodes 1 to 12.
 const STANDARD_OPCODE_LENGTHS: [u8; 12] = [0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1];
+/// The start of a line program header: length and header length (both patched), version
+/// 4, minimum instruction length 1, 1 operation per instruction, default `is_stmt`, the
+/// parameters, and no include directories.
+const LINE_HEADER: [u8; 29] = {
+    let mut h = [0; 29];
+    h[4] = 4;
+    h[10] = 1;
+    h[11] = 1;
+    h[12] = 1;
+    h[13] = LINE_BASE as i8 as u8;
+    h[14] = LINE_RANGE as u8;
+    h[15] = OPCODE_BASE;
+    let mut i = 0;
+    while i < STANDARD_OPCODE_LENGTHS.len() {
+        h[16 + i] = STANDARD_OPCODE_LENGTHS[i];
+        i += 1;
+    }
+    // h[28] = 0: no include directories.
+    h
+};
 /// Address advance of `DW_LNS_const_add_pc`: that of special opcode 255.
 const CONST_ADD_PC: u64 = (255 - OPCODE_BASE as u64) / LINE_RANGE;
 
@@ -320,11 +340,10 @@ fn compile_unit(
     calls: Option<&mut CallRefs>,
 ) -> Result<()> {
     let start = info.out.len();
-    info.out.u32(0);
-    info.out.u16(4);
-    // All units share the abbreviations at offset 0.
-    info.out.u32(0);
-    info.out.u8(8);
+    // Length (patched), version 4, abbreviations at offset 0 (all units share them),
+    // address size 8.
+    info.out
+        .extend_from_slice(&[0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8]);
 
     let members = layout.unit_functions(unit);
     // The unit's ranges, written to `.debug_ranges` and taken back if there is only one.
@@ -574,7 +593,7 @@ fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> 
         len += 1;
     }
     e[len] = size as u8;
-    info.out.extend_from_slice(&e[..=len]);
+    extend_small(info.out, &e, len + 1);
     if !children {
         return Ok(false);
     }
@@ -690,22 +709,12 @@ fn line_program(
     let start = out.len();
     let offset = offset32(start, ".debug_line")?;
     out.reserve(64 + file.len() + functions.len() * 12);
-    out.u32(0);
-    out.u16(4);
-    let header_length_at = out.len();
-    out.u32(0);
-    // Minimum instruction length, maximum operations per instruction, default is_stmt.
-    out.extend_from_slice(&[1, 1, 1]);
-    out.u8(LINE_BASE as i8 as u8);
-    out.u8(LINE_RANGE as u8);
-    out.u8(OPCODE_BASE);
-    out.extend_from_slice(&STANDARD_OPCODE_LENGTHS);
-    // No include directories. One file, as given (DWARF 4 has no working directory in the
-    // line program), in directory 0, without time or size.
-    out.u8(0);
+    out.extend_from_slice(&LINE_HEADER);
+    // One file, as given (DWARF 4 has no working directory in the line program), in
+    // directory 0, without time or size.
     out.cstr(file);
-    out.extend_from_slice(&[0, 0, 0]);
-    out.u8(0);
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    let header_length_at = start + 6;
     let header_length = offset32(out.len() - header_length_at - 4, ".debug_line")?;
     out.patch_u32(header_length_at, header_length);
 
@@ -730,9 +739,7 @@ fn line_program(
             }
             lines.set_address(f.start());
         }
-        for r in f.lines() {
-            lines.row(f.start() + u64::from(r.offset), r.line.into());
-        }
+        lines.rows(f.start(), f.lines());
         open = Some(f.end());
         prev = Some(i);
     }
@@ -750,6 +757,51 @@ struct Lines<'a> {
     line: u64,
 }
 
+/// Rows encoded at a time (see `Lines::rows`).
+const GROUP: usize = 8;
+
+/// Most bytes one row takes: a line advance (opcode, SLEB128 of a 33-bit step), an
+/// address advance (opcode, ULEB128 of an address step below 2^35), a special opcode.
+const ROW_MAX: usize = 6 + 6 + 1;
+
+/// Appends a row to `out`, in the state machine's `(address, line)`; `address` is never
+/// below the current one (rows are sorted, functions in address order).
+#[inline(always)]
+fn row(out: &mut impl Put, (current, current_line): (&mut u64, &mut u64), address: u64, line: u64) {
+    let mut step = address - *current;
+    let mut line_step = line.wrapping_sub(*current_line) as i64;
+    *current = address;
+    *current_line = line;
+    // The usual row: one special opcode (what the general case below writes then).
+    let l = line_step.wrapping_sub(LINE_BASE) as u64;
+    if l < LINE_RANGE && step <= 255 {
+        let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
+        if op <= 255 {
+            out.u8(op as u8);
+            return;
+        }
+    }
+    if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
+        out.u8(dw::DW_LNS_advance_line.0);
+        out.sleb(line_step);
+        line_step = 0;
+    }
+    let l = (line_step - LINE_BASE) as u64;
+    // The largest address step a special opcode can take with this line step.
+    let max_step = (255 - u64::from(OPCODE_BASE) - l) / LINE_RANGE;
+    if step > max_step {
+        if step >= CONST_ADD_PC && step - CONST_ADD_PC <= max_step {
+            out.u8(dw::DW_LNS_const_add_pc.0);
+            step -= CONST_ADD_PC;
+        } else {
+            out.u8(dw::DW_LNS_advance_pc.0);
+            out.uleb(step);
+            step = 0;
+        }
+    }
+    out.u8((l + LINE_RANGE * step + u64::from(OPCODE_BASE)) as u8);
+}
+
 impl Lines<'_> {
     fn set_address(&mut self, address: u64) {
         self.out.u8(0);
@@ -759,43 +811,24 @@ impl Lines<'_> {
         self.address = address;
     }
 
-    /// Appends a row (`address` is never below the current one: rows are sorted).
-    fn row(&mut self, address: u64, line: u64) {
-        let mut step = address - self.address;
-        let mut line_step = line.wrapping_sub(self.line) as i64;
-        // The usual row: one special opcode (what the general case below writes then).
-        let l = line_step.wrapping_sub(LINE_BASE) as u64;
-        if l < LINE_RANGE && step <= 255 {
-            let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
-            if op <= 255 {
-                self.out.u8(op as u8);
-                self.address = address;
-                self.line = line;
-                return;
+    /// Appends the rows of the function at `start`, [`GROUP`] at a time: encoded on the
+    /// stack, then appended at once.
+    fn rows(&mut self, start: u64, rows: &[LineRow]) {
+        let (mut address, mut line) = (self.address, self.line);
+        for group in rows.chunks(GROUP) {
+            let mut bytes = [0u8; GROUP * ROW_MAX];
+            let mut out = At {
+                bytes: &mut bytes,
+                len: 0,
+            };
+            for r in group {
+                let next = start + u64::from(r.offset);
+                row(&mut out, (&mut address, &mut line), next, r.line.into());
             }
+            let len = out.len;
+            extend_small(self.out, &bytes, len);
         }
-        if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
-            self.out.u8(dw::DW_LNS_advance_line.0);
-            self.out.sleb(line_step);
-            line_step = 0;
-        }
-        let l = (line_step - LINE_BASE) as u64;
-        // The largest address step a special opcode can take with this line step.
-        let max_step = (255 - u64::from(OPCODE_BASE) - l) / LINE_RANGE;
-        if step > max_step {
-            if step >= CONST_ADD_PC && step - CONST_ADD_PC <= max_step {
-                self.out.u8(dw::DW_LNS_const_add_pc.0);
-                step -= CONST_ADD_PC;
-            } else {
-                self.out.u8(dw::DW_LNS_advance_pc.0);
-                self.out.uleb(step);
-                step = 0;
-            }
-        }
-        self.out
-            .u8((l + LINE_RANGE * step + u64::from(OPCODE_BASE)) as u8);
-        self.address = address;
-        self.line = line;
+        (self.address, self.line) = (address, line);
     }
 
     fn end_sequence(&mut self, end: u64) {

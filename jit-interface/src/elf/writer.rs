@@ -14,7 +14,6 @@
 
 use object::elf;
 
-use super::bytes::Put;
 use super::layout::Layout;
 
 /// A non-ALLOC data section.
@@ -78,9 +77,8 @@ impl Header {
         }
     }
 
-    fn write(&self, out: &mut Vec<u8>) {
-        // Assembled, then appended: one capacity check.
-        let mut h = [0u8; SECTION_HEADER];
+    /// Writes the header into `h`, which is zero: zero fields are left alone.
+    fn write(&self, h: &mut [u8; SECTION_HEADER]) {
         h[0..4].copy_from_slice(&self.name.to_le_bytes());
         h[4..8].copy_from_slice(&self.kind.0.to_le_bytes());
         h[8..16].copy_from_slice(&self.flags.0.to_le_bytes());
@@ -91,7 +89,32 @@ impl Header {
         h[44..48].copy_from_slice(&self.info.to_le_bytes());
         h[48..56].copy_from_slice(&self.align.to_le_bytes());
         h[56..64].copy_from_slice(&self.entsize.to_le_bytes());
-        out.extend_from_slice(&h);
+    }
+}
+
+/// The output, allocated at its final size and written front to back.
+struct Out {
+    bytes: Vec<u8>,
+}
+
+impl Out {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.bytes.extend_from_slice(b);
+    }
+
+    /// The next `N` bytes, zero, to be filled in place.
+    #[inline]
+    fn next<const N: usize>(&mut self) -> &mut [u8; N] {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; N]);
+        (&mut self.bytes[at..]).try_into().expect("N bytes")
+    }
+
+    /// Zeroes up to `at` (padding).
+    #[inline]
+    fn pad_to(&mut self, at: usize) {
+        self.bytes.resize(at, 0);
     }
 }
 
@@ -168,47 +191,48 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 5]) -> Vec
     let headers_at = align(at, 8);
     let len = headers_at + count * SECTION_HEADER;
 
-    let mut out = Vec::with_capacity(len);
+    let mut out = Out {
+        bytes: Vec::with_capacity(len),
+    };
     // File header.
-    out.extend_from_slice(&[0x7f, b'E', b'L', b'F']);
-    out.u8(elf::ELFCLASS64.0);
-    out.u8(elf::ELFDATA2LSB.0);
-    out.u8(elf::EV_CURRENT.0);
-    out.u8(elf::ELFOSABI_NONE.0);
-    out.extend_from_slice(&[0; 8]);
-    out.u16(elf::ET_REL.0);
-    out.u16(elf::EM_X86_64.0);
-    out.u32(elf::EV_CURRENT.0.into());
-    // Entry, program headers.
-    out.u64(0);
-    out.u64(0);
-    out.u64(headers_at as u64);
-    out.u32(0);
-    out.u16(FILE_HEADER as u16);
-    out.u16(0);
-    out.u16(0);
-    out.u16(SECTION_HEADER as u16);
+    let h = out.next::<FILE_HEADER>();
+    h[..4].copy_from_slice(&[0x7f, b'E', b'L', b'F']);
+    h[4] = elf::ELFCLASS64.0;
+    h[5] = elf::ELFDATA2LSB.0;
+    h[6] = elf::EV_CURRENT.0;
+    h[7] = elf::ELFOSABI_NONE.0;
+    // 8 bytes of padding.
+    h[16..18].copy_from_slice(&elf::ET_REL.0.to_le_bytes());
+    h[18..20].copy_from_slice(&elf::EM_X86_64.0.to_le_bytes());
+    h[20..24].copy_from_slice(&u32::from(elf::EV_CURRENT.0).to_le_bytes());
+    // Entry, program headers (0), section headers, flags (0).
+    h[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
+    h[52..54].copy_from_slice(&(FILE_HEADER as u16).to_le_bytes());
+    // No program headers: size and count 0.
+    h[58..60].copy_from_slice(&(SECTION_HEADER as u16).to_le_bytes());
     // More sections than 16 bits can count: the count is in section 0's size, the index
     // of the names in its link.
     let extended = count >= elf::SHN_LORESERVE as usize;
-    out.u16(if extended { 0 } else { count as u16 });
-    out.u16(if extended {
-        elf::SHN_XINDEX.0
+    let (shnum, shstrndx) = if extended {
+        (0, elf::SHN_XINDEX.0)
     } else {
-        shstrtab as u16
-    });
+        (count as u16, shstrtab as u16)
+    };
+    h[60..62].copy_from_slice(&shnum.to_le_bytes());
+    h[62..64].copy_from_slice(&shstrndx.to_le_bytes());
 
     for s in data {
-        out.extend_from_slice(s.data);
+        out.put(s.data);
     }
-    // The string table: the names in layout order (`Layout::name_offsets`).
-    out.u8(0);
+    // The string table: the names in layout order (`Layout::name_offsets`), after a NUL.
+    out.put(&[0]);
     for p in &layout.functions {
-        out.cstr(p.f.name());
+        out.put(p.f.name().as_bytes());
+        out.put(&[0]);
     }
-    debug_assert_eq!(out.len(), strings_at + strings_len);
-    out.resize(symtab_at, 0);
-    out.extend_from_slice(&[0; SYMBOL]);
+    debug_assert_eq!(out.bytes.len(), strings_at + strings_len);
+    // The null symbol, then one per function.
+    out.pad_to(symtab_at + SYMBOL);
     let info = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
     // The run of the function: functions and runs are both in address order.
     let mut run = 0;
@@ -218,8 +242,7 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 5]) -> Vec
             run += 1;
         }
         let section = first_text + run;
-        // One symbol assembled, then appended: one capacity check.
-        let mut symbol = [0u8; SYMBOL];
+        let symbol = out.next::<SYMBOL>();
         symbol[..4].copy_from_slice(&name.to_le_bytes());
         symbol[4] = info;
         symbol[5] = elf::STV_DEFAULT.0;
@@ -233,30 +256,33 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 5]) -> Vec
         let value = f.start() - layout.runs[run].start;
         symbol[8..16].copy_from_slice(&value.to_le_bytes());
         symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
-        out.extend_from_slice(&symbol);
     }
     if shndx {
-        out.resize(shndx_at, 0);
-        out.u32(0);
+        // The null symbol's index is 0.
+        out.pad_to(shndx_at + 4);
         let mut run = 0;
         for p in &layout.functions {
             while p.f.start() >= layout.runs[run].end {
                 run += 1;
             }
-            out.u32((first_text + run) as u32);
+            out.put(&((first_text + run) as u32).to_le_bytes());
         }
     }
-    out.extend_from_slice(names);
-    out.resize(headers_at, 0);
+    debug_assert_eq!(out.bytes.len(), shstrtab_at);
+    out.put(names);
 
-    // Section headers.
-    let mut null = Header::data(0, elf::SHT_NULL, 0, 0);
-    null.align = 0;
+    // Section headers; section 0 is null but for the count of sections beyond 16 bits.
+    // Zeroed at once, then filled in place.
+    out.pad_to(len);
+    let mut headers = out.bytes[headers_at..]
+        .chunks_exact_mut(SECTION_HEADER)
+        .map(|h| -> &mut [u8; SECTION_HEADER] { h.try_into().expect("a section header") });
+    let mut next = || headers.next().expect("counted");
+    let null = next();
     if extended {
-        null.size = count as u64;
-        null.link = shstrtab as u32;
+        null[32..40].copy_from_slice(&(count as u64).to_le_bytes());
+        null[40..44].copy_from_slice(&(shstrtab as u32).to_le_bytes());
     }
-    null.write(&mut out);
     for run in &layout.runs {
         Header {
             name: text_name,
@@ -270,33 +296,33 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 5]) -> Vec
             align: 1,
             entsize: 0,
         }
-        .write(&mut out);
+        .write(next());
     }
     for ((s, &offset), &name) in data.iter().zip(&offsets).zip(&data_names) {
-        Header::data(name, elf::SHT_PROGBITS, offset, s.data.len()).write(&mut out);
+        Header::data(name, elf::SHT_PROGBITS, offset, s.data.len()).write(next());
     }
     let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings_len);
     h.flags = elf::SHF_MERGE | elf::SHF_STRINGS;
     h.entsize = 1;
-    h.write(&mut out);
-    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings_len).write(&mut out);
+    h.write(next());
+    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings_len).write(next());
     let mut h = Header::data(symtab_name, elf::SHT_SYMTAB, symtab_at, symbols * SYMBOL);
     h.link = strtab as u32;
     // Only the null symbol is local.
     h.info = 1;
     h.align = 8;
     h.entsize = SYMBOL as u64;
-    h.write(&mut out);
+    h.write(next());
     if shndx {
         let mut h = Header::data(shndx_name, elf::SHT_SYMTAB_SHNDX, shndx_at, symbols * 4);
         h.link = symtab as u32;
         h.align = 4;
         h.entsize = 4;
-        h.write(&mut out);
+        h.write(next());
     }
-    Header::data(shstrtab_name, elf::SHT_STRTAB, shstrtab_at, names.len()).write(&mut out);
-    debug_assert_eq!(out.len(), len);
-    out
+    Header::data(shstrtab_name, elf::SHT_STRTAB, shstrtab_at, names.len()).write(next());
+    debug_assert!(headers.next().is_none());
+    out.bytes
 }
 
 #[cfg(test)]
