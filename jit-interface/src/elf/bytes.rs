@@ -65,66 +65,6 @@ impl Put for Vec<u8> {
     }
 }
 
-/// A writer into a slice, from its start: for bytes encoded on the stack and appended to a
-/// vector at once. A write past the end panics: writers make sure of the room first.
-pub(super) struct At<'b> {
-    pub bytes: &'b mut [u8],
-    pub len: usize,
-}
-
-impl Put for At<'_> {
-    #[inline]
-    fn u8(&mut self, v: u8) {
-        self.bytes[self.len] = v;
-        self.len += 1;
-    }
-    #[inline]
-    fn u16(&mut self, v: u16) {
-        self.bytes[self.len..self.len + 2].copy_from_slice(&v.to_le_bytes());
-        self.len += 2;
-    }
-    #[inline]
-    fn u32(&mut self, v: u32) {
-        self.bytes[self.len..self.len + 4].copy_from_slice(&v.to_le_bytes());
-        self.len += 4;
-    }
-    #[inline]
-    fn u64(&mut self, v: u64) {
-        self.bytes[self.len..self.len + 8].copy_from_slice(&v.to_le_bytes());
-        self.len += 8;
-    }
-    #[inline]
-    fn uleb(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.u8(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.u8(v as u8);
-    }
-    #[inline]
-    fn sleb(&mut self, mut v: i64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
-                self.u8(byte);
-                return;
-            }
-            self.u8(byte | 0x80);
-        }
-    }
-    #[inline]
-    fn cstr(&mut self, s: &str) {
-        self.bytes[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
-        self.len += s.len();
-        self.u8(0);
-    }
-    #[inline]
-    fn patch_u32(&mut self, at: usize, v: u32) {
-        self.bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
-    }
-}
-
 /// Appends the first `len` bytes of `bytes` to `out`. Copies of a few bytes are frequent:
 /// a copy of a size known when compiling is a few moves, a call to `memcpy` for a variable
 /// size costs more than that, so all of `bytes` is copied and the rest cut off again.
@@ -154,29 +94,6 @@ pub(super) fn patch_length(out: &mut Vec<u8>, at: usize, what: &str) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::Put;
-
-    /// A slice is written as a vector is.
-    #[test]
-    fn slices_are_written_as_vectors() {
-        let mut bytes = [0u8; 64];
-        let mut at = super::At {
-            bytes: &mut bytes,
-            len: 0,
-        };
-        let mut v = Vec::new();
-        for w in [&mut v as &mut dyn Put, &mut at] {
-            w.u8(1);
-            w.u16(0x203);
-            w.u32(0x4050607);
-            w.u64(u64::MAX - 1);
-            w.uleb(300);
-            w.sleb(-300);
-            w.cstr("abc");
-            w.patch_u32(1, 0xaabbccdd);
-        }
-        let len = at.len;
-        assert_eq!(&bytes[..len], &v[..]);
-    }
 
     #[test]
     fn leb128_matches_gimli() {

@@ -29,7 +29,7 @@ use gimli::constants::{DwAt, DwForm, DwTag};
 
 use std::collections::HashMap;
 
-use super::bytes::{extend_small, offset32, patch_length, At, Put};
+use super::bytes::{extend_small, offset32, patch_length, Put};
 use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
 use crate::error::Result;
 use crate::model::{BaseType, CallTarget, Function, LineRow, Location, VariableKind};
@@ -579,21 +579,11 @@ fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> 
         Abbrev::SubprogramWithChildren
     };
     info.used[abbrev as usize - 1] = true;
-    // Code (below 128: one byte of ULEB128), name, address, size: assembled, then
-    // appended with one capacity check.
-    let mut e = [0u8; 18];
-    e[0] = abbrev as u8;
-    e[1..5].copy_from_slice(&name.to_le_bytes());
-    e[5..13].copy_from_slice(&f.start().to_le_bytes());
-    let mut len = 13;
-    let mut size = f.size();
-    while size >= 0x80 {
-        e[len] = size as u8 | 0x80;
-        size >>= 7;
-        len += 1;
-    }
-    e[len] = size as u8;
-    extend_small(info.out, &e, len + 1);
+    // Code (below 128: one byte of ULEB128), name, address, size.
+    info.out.u8(abbrev as u8);
+    info.out.u32(name);
+    info.out.u64(f.start());
+    info.out.uleb(f.size().into());
     if !children {
         return Ok(false);
     }
@@ -757,12 +747,8 @@ struct Lines<'a> {
     line: u64,
 }
 
-/// Rows encoded at a time (see `Lines::rows`).
-const GROUP: usize = 8;
-
-/// Most bytes one row takes: a line advance (opcode, SLEB128 of a 33-bit step), an
-/// address advance (opcode, ULEB128 of an address step below 2^35), a special opcode.
-const ROW_MAX: usize = 6 + 6 + 1;
+/// The largest address step a special opcode takes with line step 0.
+const JUMP_MAX_STEP: u64 = (255 - OPCODE_BASE as u64 - LINE_BASE.unsigned_abs()) / LINE_RANGE;
 
 /// Appends a row to `out`, in the state machine's `(address, line)`; `address` is never
 /// below the current one (rows are sorted, functions in address order).
@@ -811,23 +797,61 @@ impl Lines<'_> {
         self.address = address;
     }
 
-    /// Appends the rows of the function at `start`, [`GROUP`] at a time: encoded on the
-    /// stack, then appended at once.
+    /// Appends the rows of the function at `start`. The usual row is one special opcode,
+    /// or a short line jump and one: those are gathered in a register and appended 8 bytes
+    /// at a time.
     fn rows(&mut self, start: u64, rows: &[LineRow]) {
         let (mut address, mut line) = (self.address, self.line);
-        for group in rows.chunks(GROUP) {
-            let mut bytes = [0u8; GROUP * ROW_MAX];
-            let mut out = At {
-                bytes: &mut bytes,
-                len: 0,
-            };
-            for r in group {
-                let next = start + u64::from(r.offset);
-                row(&mut out, (&mut address, &mut line), next, r.line.into());
+        // `n` bytes not written yet, from the low byte up.
+        let (mut ops, mut n) = (0u64, 0);
+        for r in rows {
+            let next = start + u64::from(r.offset);
+            let step = next - address;
+            // The line step, less `LINE_BASE`.
+            let l = u64::from(r.line)
+                .wrapping_sub(line)
+                .wrapping_sub(LINE_BASE as u64);
+            let code = l
+                .wrapping_add(LINE_RANGE.wrapping_mul(step))
+                .wrapping_add(u64::from(OPCODE_BASE));
+            // What `row` writes then.
+            if (l < LINE_RANGE) & (step <= 255) & (code <= 255) {
+                // One special opcode.
+                ops |= code << (8 * n);
+                n += 1;
+            } else if (step <= JUMP_MAX_STEP + CONST_ADD_PC)
+                & (l >= LINE_RANGE)
+                & (l.wrapping_add(LINE_BASE as u64).wrapping_add(64) < 128)
+                & (n <= 4)
+            {
+                // A line step outside the special opcodes' range (at a function's first
+                // row, often) that is one byte of SLEB128: `DW_LNS_advance_line`, then, for
+                // line step 0, the special opcode, after `DW_LNS_const_add_pc` if the
+                // address step needs it.
+                let jump = l.wrapping_add(LINE_BASE as u64) & 0x7f;
+                let mut bytes = u64::from(dw::DW_LNS_advance_line.0) | jump << 8;
+                let (mut len, mut step) = (2, step);
+                if step > JUMP_MAX_STEP {
+                    bytes |= u64::from(dw::DW_LNS_const_add_pc.0) << 16;
+                    len = 3;
+                    step -= CONST_ADD_PC;
+                }
+                let code = LINE_BASE.unsigned_abs() + LINE_RANGE * step + u64::from(OPCODE_BASE);
+                ops |= (bytes | code << (8 * len)) << (8 * n);
+                n += len + 1;
+            } else {
+                extend_small(self.out, &ops.to_le_bytes(), n);
+                (ops, n) = (0, 0);
+                row(self.out, (&mut address, &mut line), next, r.line.into());
+                continue;
             }
-            let len = out.len;
-            extend_small(self.out, &bytes, len);
+            (address, line) = (next, r.line.into());
+            if n == 8 {
+                self.out.extend_from_slice(&ops.to_le_bytes());
+                (ops, n) = (0, 0);
+            }
         }
+        extend_small(self.out, &ops.to_le_bytes(), n);
         (self.address, self.line) = (address, line);
     }
 
@@ -925,10 +949,11 @@ mod tests {
     }
 
     /// Every kind of step: special opcodes, `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`,
-    /// `DW_LNS_advance_line` both ways, and a large function.
+    /// `DW_LNS_advance_line` both ways (short jumps after 0 to 7 special opcodes, with and
+    /// without `DW_LNS_const_add_pc`), and a large function.
     #[test]
     fn line_steps_of_every_size() {
-        let steps: [(u32, u32); 12] = [
+        let steps: [(u32, u32); 27] = [
             (0, 1),
             (1, 1),
             (2, 9),
@@ -936,9 +961,24 @@ mod tests {
             (37, 3),
             (38, 100_000),
             (300, 99_990),
+            (322, 99_983),
+            (323, 99_984),
+            (324, 99_985),
+            (325, 99_986),
+            (326, 99_987),
+            (327, 99_988),
+            (350, 99_940),
+            (351, 99_941),
+            (352, 99_942),
+            (353, 99_943),
+            (354, 99_944),
+            (355, 99_945),
+            (356, 99_946),
+            (360, 100_009),
             (70_000, 1),
             (70_017, 5),
             (70_034, 4_000_000_000),
+            (70_040, 3_999_999_950),
             (1 << 20, 1),
             ((1 << 20) + 17, 2),
         ];
