@@ -747,9 +747,6 @@ struct Lines<'a> {
     line: u64,
 }
 
-/// The largest address step a special opcode takes with line step 0.
-const JUMP_MAX_STEP: u64 = (255 - OPCODE_BASE as u64 - LINE_BASE.unsigned_abs()) / LINE_RANGE;
-
 /// Appends a row to `out`, in the state machine's `(address, line)`; `address` is never
 /// below the current one (rows are sorted, functions in address order).
 #[inline(always)]
@@ -797,61 +794,47 @@ impl Lines<'_> {
         self.address = address;
     }
 
-    /// Appends the rows of the function at `start`. The usual row is one special opcode,
-    /// or a short line jump and one: those are gathered in a register and appended 8 bytes
-    /// at a time.
+    /// Appends the rows of the function at `start`. The usual row is one special opcode:
+    /// runs of those are gathered in a register and appended 8 bytes at a time, in a loop
+    /// that keeps everything in registers; other rows are written one by one.
     fn rows(&mut self, start: u64, rows: &[LineRow]) {
         let (mut address, mut line) = (self.address, self.line);
-        // `n` bytes not written yet, from the low byte up.
-        let (mut ops, mut n) = (0u64, 0);
-        for r in rows {
-            let next = start + u64::from(r.offset);
-            let step = next - address;
-            // The line step, less `LINE_BASE`.
-            let l = u64::from(r.line)
-                .wrapping_sub(line)
-                .wrapping_sub(LINE_BASE as u64);
-            let code = l
-                .wrapping_add(LINE_RANGE.wrapping_mul(step))
-                .wrapping_add(u64::from(OPCODE_BASE));
-            // What `row` writes then.
-            if (l < LINE_RANGE) & (step <= 255) & (code <= 255) {
-                // One special opcode.
+        let mut rest = rows;
+        while !rest.is_empty() {
+            // Up to 8 special opcodes, from the low byte up.
+            let (mut ops, mut n) = (0u64, 0);
+            for r in rest.iter().take(8) {
+                let next = start + u64::from(r.offset);
+                let step = next - address;
+                // The line step, less `LINE_BASE`.
+                let l = u64::from(r.line)
+                    .wrapping_sub(line)
+                    .wrapping_sub(LINE_BASE as u64);
+                let code = l
+                    .wrapping_add(LINE_RANGE.wrapping_mul(step))
+                    .wrapping_add(u64::from(OPCODE_BASE));
+                // What `row` writes as one special opcode.
+                if !((l < LINE_RANGE) & (step <= 255) & (code <= 255)) {
+                    break;
+                }
                 ops |= code << (8 * n);
                 n += 1;
-            } else if (step <= JUMP_MAX_STEP + CONST_ADD_PC)
-                & (l >= LINE_RANGE)
-                & (l.wrapping_add(LINE_BASE as u64).wrapping_add(64) < 128)
-                & (n <= 4)
-            {
-                // A line step outside the special opcodes' range (at a function's first
-                // row, often) that is one byte of SLEB128: `DW_LNS_advance_line`, then, for
-                // line step 0, the special opcode, after `DW_LNS_const_add_pc` if the
-                // address step needs it.
-                let jump = l.wrapping_add(LINE_BASE as u64) & 0x7f;
-                let mut bytes = u64::from(dw::DW_LNS_advance_line.0) | jump << 8;
-                let (mut len, mut step) = (2, step);
-                if step > JUMP_MAX_STEP {
-                    bytes |= u64::from(dw::DW_LNS_const_add_pc.0) << 16;
-                    len = 3;
-                    step -= CONST_ADD_PC;
-                }
-                let code = LINE_BASE.unsigned_abs() + LINE_RANGE * step + u64::from(OPCODE_BASE);
-                ops |= (bytes | code << (8 * len)) << (8 * n);
-                n += len + 1;
-            } else {
-                extend_small(self.out, &ops.to_le_bytes(), n);
-                (ops, n) = (0, 0);
-                row(self.out, (&mut address, &mut line), next, r.line.into());
-                continue;
+                (address, line) = (next, r.line.into());
             }
-            (address, line) = (next, r.line.into());
-            if n == 8 {
-                self.out.extend_from_slice(&ops.to_le_bytes());
-                (ops, n) = (0, 0);
+            extend_small(self.out, &ops.to_le_bytes(), n);
+            rest = &rest[n..];
+            if n < 8 {
+                if let Some((r, after)) = rest.split_first() {
+                    row(
+                        self.out,
+                        (&mut address, &mut line),
+                        start + u64::from(r.offset),
+                        r.line.into(),
+                    );
+                    rest = after;
+                }
             }
         }
-        extend_small(self.out, &ops.to_le_bytes(), n);
         (self.address, self.line) = (address, line);
     }
 
