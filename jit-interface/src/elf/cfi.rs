@@ -96,8 +96,9 @@ pub(super) struct Parts {
     cie: Vec<u8>,
     rows: Vec<UnwindRow>,
     first_rows: Vec<UnwindRow>,
-    repeat_rows: Vec<UnwindRow>,
-    repeat_bytes: Vec<u8>,
+    /// Of the two [`Repeat`]s.
+    repeat_rows: [Vec<UnwindRow>; 2],
+    repeat_bytes: [Vec<u8>; 2],
     step: Vec<u8>,
     reset: Vec<u8>,
 }
@@ -106,10 +107,12 @@ impl Parts {
     /// Bytes of storage held.
     pub fn bytes(&self) -> usize {
         self.frame.capacity()
-            + self.repeat_bytes.capacity()
+            + self.repeat_bytes.iter().map(Vec::capacity).sum::<usize>()
             + self.step.capacity()
             + self.reset.capacity()
-            + (self.rows.capacity() + self.first_rows.capacity() + self.repeat_rows.capacity())
+            + (self.rows.capacity()
+                + self.first_rows.capacity()
+                + self.repeat_rows.iter().map(Vec::capacity).sum::<usize>())
                 * std::mem::size_of::<UnwindRow>()
     }
 }
@@ -208,22 +211,29 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
     let entry = UnwindRow::X86_64_ENTRY;
 
     let mut rows = Rows { of: None, rows };
-    repeat_rows.clear();
-    repeat_bytes.clear();
-    let mut repeat = Repeat {
-        key: None,
-        short: [0; SHORT],
-        rows: repeat_rows,
-        bytes: repeat_bytes,
-        advanced: 0,
-    };
+    // For the first functions of FDEs, and for the others.
+    let [rows_first, rows_other] = repeat_rows;
+    let [bytes_first, bytes_other] = repeat_bytes;
+    let mut repeats =
+        [(rows_first, bytes_first), (rows_other, bytes_other)].map(|(rows, bytes)| {
+            rows.clear();
+            bytes.clear();
+            Repeat {
+                key: None,
+                rows,
+                rows_are_previous: false,
+                bytes,
+                short: [0; SHORT],
+                advanced: 0,
+            }
+        });
     // Rows of the open FDE's first function.
     first_rows.clear();
     let mut open: Option<Fde> = None;
     for (i, p) in functions.iter().enumerate() {
         let f = p.f;
         // Rows the same as the previous function's (which is in the open FDE) match the
-        // FDE's first function as the previous function's did, and are the repeat's rows.
+        // FDE's first function as the previous function's did.
         let (rows, same) = rows.of(arch, f)?;
         // Neighbours share an FDE (the padding between them, never executed, gets the
         // rules of the function before it) if their rules match the first function's.
@@ -269,7 +279,15 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
             }
         };
         let key = (fde.state, f.start() - fde.loc, fde.functions > 0);
-        if repeat.key == Some(key) && (same || **repeat.rows == *rows) {
+        let (repeat, other) = match &mut repeats {
+            [first, other] if !key.2 => (first, other),
+            [other, rest] => (rest, other),
+        };
+        // The other's rows are still the previous function's if this one's are too.
+        other.rows_are_previous &= same;
+        if repeat.key == Some(key) && ((same && repeat.rows_are_previous) || **repeat.rows == *rows)
+        {
+            repeat.rows_are_previous = true;
             if repeat.bytes.len() <= SHORT {
                 extend_small(out, &repeat.short, repeat.bytes.len());
             } else {
@@ -308,6 +326,7 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
                 repeat.key = Some(key);
                 repeat.rows.clear();
                 repeat.rows.extend_from_slice(rows);
+                repeat.rows_are_previous = true;
                 repeat.bytes.clear();
                 repeat.bytes.extend_from_slice(&out[begin..]);
                 if let Some(short) = repeat.short.get_mut(..repeat.bytes.len()) {
@@ -325,14 +344,19 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
     Ok(())
 }
 
-/// The instructions written for the last function's rows, written again as they are for
-/// the next function that enters with the same rules, at the same distance from the
-/// location reached, with the same rows: neighbours compiled alike cost a copy.
+/// The instructions written for a function's rows, written again as they are for the next
+/// function that enters with the same rules, at the same distance from the location
+/// reached, with the same rows: neighbours compiled alike cost a copy. There are two: for
+/// the first functions of FDEs, and for the others, so that each FDE's first two functions
+/// repeat those of the FDE before.
 struct Repeat<'p> {
     /// The rules entered with, the distance from the location reached to the function's
     /// start, and whether the function was not its FDE's first.
     key: Option<(UnwindRow, u64, bool)>,
     rows: &'p mut Vec<UnwindRow>,
+    /// Are `rows` those of the function before the current one? (Then a function with the
+    /// same rows as that one has them: no comparison.)
+    rows_are_previous: bool,
     bytes: &'p mut Vec<u8>,
     /// The start of `bytes`: all of them if they are [`SHORT`] or fewer, the usual case.
     short: [u8; SHORT],
