@@ -683,6 +683,77 @@ mod tests {
         }
     }
 
+    /// Neighbours with frames of a few kinds, mixed at random (so that FDEs start with
+    /// functions alike or not, and repeated instructions are and are not reused): at every
+    /// instruction, the rules are those of the function's rows.
+    #[test]
+    fn mixed_neighbours_unwind_by_their_own_rows() {
+        let explicit = [
+            UnwindRow::X86_64_ENTRY,
+            UnwindRow {
+                offset: 4,
+                cfa_base: CfaBase::Sp,
+                cfa_offset: 32,
+                fp_offset: -16,
+            },
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..20 {
+            let mut o = JitObject::new();
+            let mut at = 0x10_0000;
+            // Runs of functions of one kind, of several sizes.
+            let (mut kind, mut run) = (0, 0);
+            for i in 0..100 {
+                if run == 0 {
+                    (kind, run) = (next(6), 1 + next(40));
+                }
+                run -= 1;
+                // Size 11: the epilogue ends the function, which then shares an FDE with
+                // larger ones that go on after it.
+                let size = [11, 11, 24, 40][next(4) as usize];
+                let f = o.add_function(&format!("f{i}"), at, size).unwrap();
+                match kind {
+                    0 => {}
+                    1 => o.set_unwind(f, &explicit).unwrap(),
+                    2 => o.set_frame_pointer(f, 1, 1).unwrap(),
+                    3 | 4 => {
+                        o.set_frame_pointer(f, 1, 4).unwrap();
+                        o.add_epilogue(f, 10, 11).unwrap();
+                    }
+                    _ => o.set_frame_pointer(f, 1, 4).unwrap(),
+                }
+                at += size + [0, 0, 0, 5][next(4) as usize];
+            }
+            let p = Parsed::encode(&o);
+            for f in o.functions() {
+                let rows = f.frame().rows(o.arch(), f.size().into());
+                for offset in 0..f.size() {
+                    let r = rows.iter().rev().find(|r| r.offset <= offset).unwrap();
+                    let want = (
+                        match r.cfa_base {
+                            CfaBase::Sp => 7,
+                            CfaBase::Fp => 6,
+                        },
+                        i64::from(r.cfa_offset),
+                        Some(match r.fp_offset {
+                            0 => RegisterRule::SameValue,
+                            o => RegisterRule::Offset(o.into()),
+                        }),
+                        Some(RegisterRule::Offset(-8)),
+                    );
+                    let addr = f.start() + u64::from(offset);
+                    assert_eq!(rule_at(&p, addr), want, "{} at {offset}", f.name());
+                }
+            }
+        }
+    }
+
     /// Advances of every width (1, 2 and 4 bytes).
     #[test]
     fn large_functions_advance_far() {
