@@ -232,6 +232,29 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
     let mut open: Option<Fde> = None;
     for (i, p) in functions.iter().enumerate() {
         let f = p.f;
+        // The usual function first: what the general case below does when the function
+        // repeats the previous one (same frame and size) in its FDE, not the FDE's first,
+        // after the same distance: copy the instructions, the rules stay.
+        if let (Some(fde), Some((frame, size)), [_, repeat]) = (&mut open, rows.of, &repeats) {
+            if fde.functions > 0
+                && fde.functions < FDE_FUNCTIONS
+                && f.start() - fde.end <= MAX_PADDING
+                && f.end() - fde.start <= u64::from(u32::MAX)
+                && size == f.size()
+                && repeat.rows_are_previous
+                && repeat.key == Some((fde.state, f.start() - fde.loc, true))
+                && (std::ptr::eq(frame, f.frame()) || frame == f.frame())
+            {
+                if fde.functions == 1 {
+                    out.insert(fde.body, dw::DW_CFA_remember_state.0);
+                }
+                repeat.append(out);
+                fde.loc += repeat.advanced;
+                fde.functions += 1;
+                fde.end = f.end();
+                continue;
+            }
+        }
         // Rows the same as the previous function's (which is in the open FDE) match the
         // FDE's first function as the previous function's did.
         let (rows, same) = rows.of(arch, f)?;
@@ -288,11 +311,7 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
         if repeat.key == Some(key) && ((same && repeat.rows_are_previous) || **repeat.rows == *rows)
         {
             repeat.rows_are_previous = true;
-            if repeat.bytes.len() <= SHORT {
-                extend_small(out, &repeat.short, repeat.bytes.len());
-            } else {
-                out.extend_from_slice(repeat.bytes);
-            }
+            repeat.append(out);
             fde.loc += repeat.advanced;
             if let Some(last) = rows.last() {
                 fde.state = *last;
@@ -362,6 +381,18 @@ struct Repeat<'p> {
     short: [u8; SHORT],
     /// How far the instructions moved the location.
     advanced: u64,
+}
+
+impl Repeat<'_> {
+    /// Appends the instructions to `out`.
+    #[inline]
+    fn append(&self, out: &mut Vec<u8>) {
+        if self.bytes.len() <= SHORT {
+            extend_small(out, &self.short, self.bytes.len());
+        } else {
+            out.extend_from_slice(self.bytes);
+        }
+    }
 }
 
 /// See [`Repeat::short`].
