@@ -419,6 +419,12 @@ impl<'a> Function<'a> {
     pub fn name(&self) -> &'a str {
         &self.object.text[self.entry.name.range()]
     }
+    /// The name's bytes: what encoders copy, without the character-boundary checks of
+    /// [`Self::name`].
+    #[cfg(feature = "runtime")]
+    pub(crate) fn name_bytes(&self) -> &'a [u8] {
+        &self.object.text.as_bytes()[self.entry.name.range()]
+    }
     /// Address of the first instruction.
     pub fn start(&self) -> u64 {
         self.entry.start

@@ -224,7 +224,7 @@ impl<'a> Layout<'a> {
             units[p.unit as usize].members.end += 1;
             last_name = strings;
             name_offsets.push(strings as u32);
-            strings += f.name().len() + 1;
+            strings += f.name_bytes().len() + 1;
         }
         // Names are found by 32-bit offsets (`DW_FORM_strp`, `st_name`).
         if u32::try_from(last_name).is_err() {

@@ -227,7 +227,7 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 5]) -> Vec
     // The string table: the names in layout order (`Layout::name_offsets`), after a NUL.
     out.put(&[0]);
     for p in &layout.functions {
-        out.put(p.f.name().as_bytes());
+        out.put(p.f.name_bytes());
         out.put(&[0]);
     }
     debug_assert_eq!(out.bytes.len(), strings_at + strings_len);
