@@ -626,6 +626,12 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 m.batch = batch_id;
             }
             if !quiet && !big {
+                if encoding != format {
+                    // The reader budget is spent: compact entries of their own still waiting
+                    // for a merge would wait for good (no more join them), so they go into
+                    // one ELF batch now (one stop, once).
+                    st.merge_waiting(Format::Compact, 0);
+                }
                 st.level_push(encoding, 0, batch_id);
             }
             if quiet {
@@ -870,6 +876,18 @@ impl State {
                 }
                 jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Merges the entries waiting at `level` of `format`, however few.
+    fn merge_waiting(&mut self, format: Format, level: usize) {
+        let ids = self
+            .levels
+            .get_mut(&(format as u8, level))
+            .map(std::mem::take)
+            .unwrap_or_default();
+        if !ids.is_empty() {
+            self.merge(format, level, ids);
         }
     }
 
