@@ -308,8 +308,8 @@ pub struct Deferral {
     /// Announce once this many registrations are pending (at least 1).
     pub max_pending: usize,
     /// Announce this long after the oldest pending registration at the latest (`None`: no
-    /// time limit). With a limit, a timer thread (`jit-gdb-flush`, started by the first
-    /// [`set_deferred`] that sets one, asleep while nothing is pending) announces them
+    /// time limit). With a limit, a timer thread (`jit-gdb-flush`, started the first time
+    /// a registration is pending under a debugger, asleep while none is) announces them
     /// even if the runtime registers nothing more, so a crash in idle code still shows
     /// every name in plain GDB. (A child forked afterwards has no such thread: there the
     /// limit is checked at each registration, and at [`flush`].)
@@ -330,9 +330,6 @@ pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
-    if deferral.is_some_and(|d| d.max_delay.is_some()) {
-        start_timer();
-    }
     let mut st = registry();
     st.deferred = deferral.map(|d| Deferral {
         max_pending: d.max_pending.max(1),
@@ -812,7 +809,12 @@ impl State {
             self.pending += 1;
             if self.pending_since.is_none() {
                 self.pending_since = Some(Instant::now());
-                // The timer (if any) sleeps until something is pending.
+                if self.deferred.is_some_and(|d| d.max_delay.is_some()) {
+                    // Started only now, under a debugger: a program that never has one
+                    // (or runs under valgrind) never gets the thread.
+                    start_timer();
+                }
+                // The timer sleeps until something is pending.
                 TIMER_WAKE.notify_all();
             }
             jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
