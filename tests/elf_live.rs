@@ -50,7 +50,15 @@ fn elf_stepi_through_jit_entry() {
 #[test]
 fn elf_stepi_through_jit_middle() {
     let Some(h) = host() else { return };
-    scenario::step_every_instruction(&h, "elf-step-middle", "jit_middle");
+    // `n` lives in a frame slot (rbp - 8) from the store after the prologue (instruction 4
+    // on) until the `ret`: its value must show in the epilogue too, after `pop rbp`, where
+    // rbp is the caller's.
+    let n = scenario::Watch {
+        expr: "n",
+        value: "40",
+        from: 4,
+    };
+    scenario::step_every_instruction_watching(&h, "elf-step-middle", "jit_middle", Some(n));
 }
 
 #[test]

@@ -245,7 +245,11 @@ pub enum Location {
     /// In a register, by DWARF register number (x86-64: rax 0, rdx 1, rcx 2, rbx 3, rsi 4,
     /// rdi 5, rbp 6, rsp 7, r8-r15 8-15, xmm0-15 17-32).
     Register(u16),
-    /// In memory at frame pointer + offset.
+    /// In memory at frame pointer + offset: the frame pointer as the function's body sets
+    /// it up. For functions whose frame description bases the CFA on the frame pointer
+    /// (the default, frame-pointer frames, rows with one frame-pointer CFA offset), the ELF
+    /// payload gives the place relative to the CFA, so it stays right in the prologue and
+    /// epilogue too; otherwise relative to the frame pointer register as it is.
     FrameOffset(i32),
 }
 

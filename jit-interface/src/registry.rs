@@ -37,7 +37,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::descriptor::{self, JitCodeEntry};
@@ -108,13 +108,29 @@ impl EntryCell {
     }
 }
 
-/// Where a member's data is in its batch.
+/// Where a member's data is in its batch. 32-bit fields: one is kept per registered object,
+/// and every byte kept per registration is paid for (memory touched for the first time costs
+/// about as much as encoding a record).
 #[derive(Clone, Copy)]
 struct Slot {
-    id: u64,
+    id: u32,
     /// Byte range of the member's record in a compact payload (unused for ELF).
-    at: usize,
-    len: usize,
+    at: u32,
+    len: u32,
+}
+
+impl Slot {
+    fn range(&self) -> std::ops::Range<usize> {
+        self.at as usize..self.at as usize + self.len as usize
+    }
+}
+
+/// `n` as a 32-bit payload offset or length: payloads held in batches stay below 4 GiB.
+fn offset32(n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| crate::Error::Unsupported {
+        format: "compact records",
+        why: format!("a payload of {n} bytes: batches hold payloads below 4 GiB"),
+    })
 }
 
 /// A debugger entry holding one or more registered objects.
@@ -167,12 +183,78 @@ impl Batch {
     }
 }
 
-/// A registered object.
+/// A registered object (or a free index: `batch == FREE`).
 struct Member {
+    /// The batch holding the object; `NEW` until the caller links it.
     batch: u64,
     /// For members of ELF batches (re-encoded from the models when merged or rewritten):
     /// kept for small ELF objects, decoded from the record for compact ones merged as ELF.
     model: Option<Arc<JitObject>>,
+}
+
+/// Batch ids of a batch that was not linked yet (`Member::batch`), and of a free member.
+const NEW: u64 = u64::MAX;
+const FREE: u64 = 0;
+
+/// Batches by id: a slab, so that the lookup every registration makes (its open batch) is an
+/// index rather than a tree search. An id is the index plus a generation in the high 32
+/// bits, never 0 (`FREE`) nor `NEW`: an id kept past its batch's removal finds nothing.
+#[derive(Default)]
+struct Batches {
+    slots: Vec<(u32, Option<Batch>)>,
+    free: Vec<u32>,
+}
+
+impl Batches {
+    fn split(id: u64) -> (usize, u32) {
+        ((id & 0xffff_ffff) as usize, (id >> 32) as u32)
+    }
+
+    fn insert(&mut self, batch: Batch) -> u64 {
+        let index = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push((0, None));
+                self.slots.len() - 1
+            }
+        };
+        let slot = &mut self.slots[index];
+        // Generations run 1..=u32::MAX - 1, so an id is neither 0 nor u64::MAX.
+        slot.0 = if slot.0 >= u32::MAX - 1 {
+            1
+        } else {
+            slot.0 + 1
+        };
+        slot.1 = Some(batch);
+        (u64::from(slot.0) << 32) | index as u64
+    }
+
+    fn get(&self, id: u64) -> Option<&Batch> {
+        let (index, generation) = Self::split(id);
+        match self.slots.get(index)? {
+            (g, Some(b)) if *g == generation => Some(b),
+            _ => None,
+        }
+    }
+
+    fn get_mut(&mut self, id: u64) -> Option<&mut Batch> {
+        let (index, generation) = Self::split(id);
+        match self.slots.get_mut(index)? {
+            (g, Some(b)) if *g == generation => Some(b),
+            _ => None,
+        }
+    }
+
+    fn remove(&mut self, id: u64) -> Option<Batch> {
+        let (index, generation) = Self::split(id);
+        let slot = self.slots.get_mut(index)?;
+        if slot.0 != generation {
+            return None;
+        }
+        let batch = slot.1.take()?;
+        self.free.push(index as u32);
+        Some(batch)
+    }
 }
 
 /// Live slots, one per member index. Every payload holding an object names its slot's address
@@ -198,20 +280,20 @@ impl LiveSlots {
     }
 }
 
-/// B-trees rather than hash maps: their nodes are referenced by start address, so leak
-/// checkers (valgrind) see registrations still live at exit as reachable, not "possibly lost".
+/// Maps and vectors rather than hash maps: their nodes are referenced by start address, so
+/// leak checkers (valgrind) see registrations still live at exit as reachable, not "possibly
+/// lost".
 #[derive(Default)]
 struct State {
-    batches: BTreeMap<u64, Batch>,
+    batches: Batches,
     /// Registered objects by index (`Registration::id`); free indices are reused.
-    members: Vec<Option<Member>>,
-    free: Vec<usize>,
+    members: Vec<Member>,
+    free: Vec<u32>,
     live: LiveSlots,
     /// Unsealed batches per format and level, in registration order (debugger attached).
     levels: BTreeMap<(u8, usize), Vec<u64>>,
     /// The compact batch appended to in place, per architecture (no debugger).
     open: BTreeMap<u8, u64>,
-    next_id: u64,
     deferred: Option<Deferral>,
     /// Registrations appended while a debugger was attached and not announced yet, the
     /// batches holding them, and when the oldest was appended.
@@ -225,10 +307,12 @@ struct State {
 pub struct Deferral {
     /// Announce once this many registrations are pending (at least 1).
     pub max_pending: usize,
-    /// Announce at the first registration made this long after the oldest pending one
-    /// (`None`: no time limit). There is no timer thread: an idle runtime's pending
-    /// registrations wait for [`flush`], the next registration, or the debugger's next stop
-    /// (our GDB scripts announce them then).
+    /// Announce this long after the oldest pending registration at the latest (`None`: no
+    /// time limit). With a limit, a timer thread (`jit-gdb-flush`, started the first time
+    /// a registration is pending under a debugger, asleep while none is) announces them
+    /// even if the runtime registers nothing more, so a crash in idle code still shows
+    /// every name in plain GDB. (A child forked afterwards has no such thread: there the
+    /// limit is checked at each registration, and at [`flush`].)
     pub max_delay: Option<Duration>,
 }
 
@@ -255,6 +339,62 @@ pub fn set_deferred(deferral: Option<Deferral>) {
     if st.deferred.is_none() {
         st.flush();
     }
+    // The timer looks at the new settings.
+    TIMER_WAKE.notify_all();
+}
+
+/// Wakes the timer thread: the settings changed or a first registration became pending.
+static TIMER_WAKE: Condvar = Condvar::new();
+
+/// Starts the thread that announces pending registrations once `max_delay` has passed
+/// (once per process). Should it fail to start, the limit is checked at each registration
+/// instead, as before, and a warning says so.
+fn start_timer() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("jit-gdb-flush".into())
+            .spawn(timer_loop);
+        if let Err(e) = spawned {
+            eprintln!(
+                "jit-interface: cannot start the deferred-mode timer thread ({e}): pending \
+                 registrations are announced at the next registration after max_delay"
+            );
+        }
+    });
+}
+
+fn timer_loop() {
+    let lock = REGISTRY.get_or_init(Mutex::default);
+    let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let due = st
+            .deferred
+            .and_then(|d| d.max_delay)
+            .zip(st.pending_since)
+            .filter(|_| st.pending > 0)
+            .map(|(delay, since)| since + delay);
+        st = match due {
+            Some(due) => match due.checked_duration_since(Instant::now()) {
+                Some(wait) if !wait.is_zero() => {
+                    TIMER_WAKE
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                _ => {
+                    st.flush();
+                    st
+                }
+            },
+            None => TIMER_WAKE.wait(st).unwrap_or_else(|e| e.into_inner()),
+        };
+    }
+}
+
+/// How many deferred registrations an attached debugger has not been told about yet.
+pub fn pending() -> usize {
+    jit_gdb_pending.load(Ordering::Relaxed) as usize
 }
 
 /// Announces pending deferred registrations to an attached debugger (one stop per batch
@@ -335,10 +475,11 @@ fn registry() -> MutexGuard<'static, State> {
 /// A registered object. Dropping it unregisters the object: debuggers forget its functions
 /// and its debug data is freed.
 pub struct Registration {
-    id: u64,
+    id: u32,
     format: Format,
-    functions: usize,
-    payload_len: usize,
+    /// Below 2^32: a model's functions are numbered in 32 bits.
+    functions: u32,
+    payload_len: u64,
 }
 
 /// A fresh nonzero key for a live slot: unique per registration within a process, and
@@ -404,7 +545,11 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 // The slot is assigned under the lock; its address and key are patched in.
                 let placeholder = LiveCheck { address: 0, key: 1 };
                 crate::format::encode_record(&mut scratch, object, Some(placeholder))?;
-                (None, None)
+                // Compact records have no call sites, but the ELF batches a small object is
+                // merged into under a debugger can: an object that declares some keeps its
+                // model for them (the others' models are decoded from their records).
+                let calls = !big && object.functions().iter().any(|f| !f.calls().is_empty());
+                (None, calls.then(|| Arc::new(object.clone())))
             }
             Format::Elf => {
                 if format == Format::Compact {
@@ -423,9 +568,15 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             Format::Compact => crate::format::HEADER_LEN + record_len,
             Format::Elf => record_len,
         };
+        // Checked before any change of state: a slot's offsets are 32-bit.
+        let record_len32 = offset32(record_len)?;
+        let functions32 = u32::try_from(functions).map_err(|_| crate::Error::Unsupported {
+            format: format.name(),
+            why: format!("{functions} functions in one object"),
+        })?;
         let id = {
             let mut st = registry();
-            let id = st.new_member(model);
+            let id = st.new_member(model)?;
             if encoding == Format::Compact {
                 let slot = st.live.get(id as usize);
                 let key = fresh_live_key();
@@ -455,20 +606,29 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                     }
                     Format::Elf => elf.take().unwrap_or_default(),
                 };
-                let at = buf.len() - record_len;
+                // The record ends the payload, which is a header longer than the record.
+                let at = (buf.len() - record_len) as u32;
                 let level = if big { SEALED } else { 0 };
                 let slot = Slot {
                     id,
                     at,
-                    len: record_len,
+                    len: record_len32,
                 };
                 if encoding == Format::Compact && !big && attached {
                     READ_BY_READER.fetch_add(functions, Ordering::Relaxed);
                 }
                 st.link_new(cell, encoding, level, buf, vec![slot])
             };
-            st.member(id).batch = batch_id;
+            if let Some(m) = st.member_mut(id) {
+                m.batch = batch_id;
+            }
             if !quiet && !big {
+                if encoding != format {
+                    // The reader budget is spent: compact entries of their own still waiting
+                    // for a merge would wait for good (no more join them), so they go into
+                    // one ELF batch now (one stop, once).
+                    st.merge_waiting(Format::Compact, 0);
+                }
                 st.level_push(encoding, 0, batch_id);
             }
             if quiet {
@@ -481,42 +641,36 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         Ok(Registration {
             id,
             format,
-            functions,
-            payload_len,
+            functions: functions32,
+            payload_len: payload_len as u64,
         })
     })
 }
 
 impl State {
-    fn fresh_id(&mut self) -> u64 {
-        self.next_id += 1;
-        self.next_id
-    }
-
     /// A member index for a new registration (its batch is set by the caller).
-    fn new_member(&mut self, model: Option<Arc<JitObject>>) -> u64 {
-        let m = Member { batch: 0, model };
-        let i = match self.free.pop() {
-            Some(i) => {
-                self.members[i] = Some(m);
-                i
-            }
-            None => {
-                self.members.push(Some(m));
-                self.members.len() - 1
-            }
-        };
-        i as u64
+    fn new_member(&mut self, model: Option<Arc<JitObject>>) -> Result<u32> {
+        let m = Member { batch: NEW, model };
+        if let Some(i) = self.free.pop() {
+            self.members[i as usize] = m;
+            return Ok(i);
+        }
+        let i = u32::try_from(self.members.len()).map_err(|_| crate::Error::Unsupported {
+            format: "any",
+            why: "more than 4,294,967,295 objects registered at once".into(),
+        })?;
+        self.members.push(m);
+        Ok(i)
     }
 
-    fn member(&mut self, id: u64) -> &mut Member {
-        self.members[id as usize]
-            .as_mut()
-            .expect("a registered member")
+    fn member_mut(&mut self, id: u32) -> Option<&mut Member> {
+        self.members
+            .get_mut(id as usize)
+            .filter(|m| m.batch != FREE)
     }
 
-    fn member_ref(&self, id: u64) -> Option<&Member> {
-        self.members.get(id as usize)?.as_ref()
+    fn member_ref(&self, id: u32) -> Option<&Member> {
+        self.members.get(id as usize).filter(|m| m.batch != FREE)
     }
 
     /// Links a new entry (`cell`, allocated before `buf`) for `buf` holding `members`;
@@ -535,30 +689,36 @@ impl State {
         // batch, never reallocated while linked; both live until the entry is unlinked or
         // replaced (`unlink_batch`, `rewrite`, `republish`).
         unsafe { descriptor::link(batch.entry()) };
-        let batch_id = self.fresh_id();
-        for s in &batch.members {
-            if let Some(Some(m)) = self.members.get_mut(s.id as usize) {
-                m.batch = batch_id;
+        let batch_id = self.batches.insert(batch);
+        if let Some(batch) = self.batches.get(batch_id) {
+            for s in &batch.members {
+                if let Some(m) = self
+                    .members
+                    .get_mut(s.id as usize)
+                    .filter(|m| m.batch != FREE)
+                {
+                    m.batch = batch_id;
+                }
             }
         }
-        self.batches.insert(batch_id, batch);
         batch_id
     }
 
     /// Appends a compact record to the open batch of `arch` in place (a new open batch when
     /// there is none or it is full). No debugger was attached when the caller looked; if one
     /// is attached now it may have read the payload before the append, so it is told.
-    fn append_quietly(&mut self, id: u64, arch: Arch, record: &[u8]) -> u64 {
+    fn append_quietly(&mut self, id: u32, arch: Arch, record: &[u8]) -> u64 {
         let key = crate::format::arch_code(arch);
         let fits = |b: &Batch| b.buf.len() + record.len() <= b.buf.capacity();
         if let Some(&batch_id) = self.open.get(&key) {
-            if let Some(batch) = self.batches.get_mut(&batch_id).filter(|b| fits(b)) {
-                let at = batch.buf.len();
+            if let Some(batch) = self.batches.get_mut(batch_id).filter(|b| fits(b)) {
+                // Both below OPEN_CAPACITY.
+                let at = batch.buf.len() as u32;
                 batch.buf.extend_from_slice(record);
                 batch.members.push(Slot {
                     id,
                     at,
-                    len: record.len(),
+                    len: record.len() as u32,
                 });
                 // SAFETY: the entry is linked and points at `buf`, which did not move (the
                 // append stayed within its capacity); the new size ends on a record boundary.
@@ -580,7 +740,7 @@ impl State {
         let mut buf =
             Vec::with_capacity(OPEN_CAPACITY.max(crate::format::HEADER_LEN + record.len()));
         buf.extend_from_slice(&crate::format::header(arch));
-        let at = buf.len();
+        let at = buf.len() as u32;
         buf.extend_from_slice(record);
         let batch_id = self.link_new(
             cell,
@@ -590,10 +750,11 @@ impl State {
             vec![Slot {
                 id,
                 at,
-                len: record.len(),
+                // At most OPEN_RECORD_MAX (the caller checked).
+                len: record.len() as u32,
             }],
         );
-        if let Some(b) = self.batches.get_mut(&batch_id) {
+        if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = true;
         }
         self.open.insert(key, batch_id);
@@ -602,7 +763,7 @@ impl State {
 
     /// Stops appending to `batch_id` in place.
     fn seal(&mut self, batch_id: u64) {
-        if let Some(b) = self.batches.get_mut(&batch_id) {
+        if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = false;
         }
         self.open.retain(|_, b| *b != batch_id);
@@ -621,7 +782,7 @@ impl State {
     /// drops what it had read for the old entry. Unless `keep_open`, the batch is sealed: a
     /// debugger is watching.
     fn republish(&mut self, batch_id: u64, keep_open: bool) {
-        let Some(batch) = self.batches.get_mut(&batch_id) else {
+        let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
         };
         self.pending -= batch.pending;
@@ -640,13 +801,22 @@ impl State {
     /// A record was appended to `batch_id` in place while a debugger is attached (deferred
     /// mode): it is announced at the next flush.
     fn note_pending(&mut self, batch_id: u64) {
-        if let Some(b) = self.batches.get_mut(&batch_id) {
+        if let Some(b) = self.batches.get_mut(batch_id) {
             if b.pending == 0 {
                 self.pending_batches.push(batch_id);
             }
             b.pending += 1;
             self.pending += 1;
-            self.pending_since.get_or_insert_with(Instant::now);
+            if self.pending_since.is_none() {
+                self.pending_since = Some(Instant::now());
+                if self.deferred.is_some_and(|d| d.max_delay.is_some()) {
+                    // Started only now, under a debugger: a program that never has one
+                    // (or runs under valgrind) never gets the thread.
+                    start_timer();
+                }
+                // The timer sleeps until something is pending.
+                TIMER_WAKE.notify_all();
+            }
             jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
         }
     }
@@ -678,13 +848,13 @@ impl State {
                 // never), and entries stay at most 4 N / OPEN_CAPACITY records' worth.
                 let keep_open = self
                     .batches
-                    .get(&b)
+                    .get(b)
                     .is_some_and(|b| b.open && b.buf.len() < OPEN_CAPACITY / 4);
                 self.republish(b, keep_open);
             }
         } else {
             for b in batches {
-                if let Some(b) = self.batches.get_mut(&b) {
+                if let Some(b) = self.batches.get_mut(b) {
                     b.pending = 0;
                 }
             }
@@ -698,7 +868,7 @@ impl State {
     /// Forgets the pending records of a batch that is rewritten or unlinked (the debugger
     /// is told about it as a whole).
     fn drop_pending(&mut self, batch_id: u64) {
-        if let Some(b) = self.batches.get_mut(&batch_id) {
+        if let Some(b) = self.batches.get_mut(batch_id) {
             if b.pending > 0 {
                 self.pending -= b.pending;
                 b.pending = 0;
@@ -708,6 +878,18 @@ impl State {
                 }
                 jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
             }
+        }
+    }
+
+    /// Merges the entries waiting at `level` of `format`, however few.
+    fn merge_waiting(&mut self, format: Format, level: usize) {
+        let ids = self
+            .levels
+            .get_mut(&(format as u8, level))
+            .map(std::mem::take)
+            .unwrap_or_default();
+        if !ids.is_empty() {
+            self.merge(format, level, ids);
         }
     }
 
@@ -724,10 +906,18 @@ impl State {
     /// it. Compact records are copied as bytes (tombstones left out); ELF objects are encoded
     /// afresh from their models.
     fn build(&self, format: Format, batches: &[u64]) -> Result<(Vec<u8>, Vec<Slot>)> {
-        let parts: Vec<&Batch> = batches.iter().filter_map(|b| self.batches.get(b)).collect();
+        let parts: Vec<&Batch> = batches
+            .iter()
+            .filter_map(|b| self.batches.get(*b))
+            .collect();
         match format {
             Format::Compact => {
-                let live: usize = parts.iter().flat_map(|b| &b.members).map(|s| s.len).sum();
+                let live: usize = parts
+                    .iter()
+                    .flat_map(|b| &b.members)
+                    .map(|s| s.len as usize)
+                    .sum();
+                offset32(crate::format::HEADER_LEN + live)?;
                 let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + live);
                 let mut slots = Vec::new();
                 for b in parts {
@@ -735,8 +925,9 @@ impl State {
                         buf.extend_from_slice(&b.buf[..crate::format::HEADER_LEN]);
                     }
                     for s in &b.members {
-                        let at = buf.len();
-                        buf.extend_from_slice(&b.buf[s.at..s.at + s.len]);
+                        // Below 4 GiB: checked above.
+                        let at = buf.len() as u32;
+                        buf.extend_from_slice(&b.buf[s.range()]);
                         slots.push(Slot { at, ..*s });
                     }
                 }
@@ -780,7 +971,7 @@ impl State {
         }
         let mut payload = Vec::new();
         for b in batches {
-            let batch = self.batches.get(b)?;
+            let batch = self.batches.get(*b)?;
             if batch.format != Format::Compact || batch.open {
                 return None;
             }
@@ -791,9 +982,13 @@ impl State {
                 }
                 payload.clear();
                 payload.extend_from_slice(&batch.buf[..crate::format::HEADER_LEN]);
-                payload.extend_from_slice(&batch.buf[s.at..s.at + s.len]);
+                payload.extend_from_slice(&batch.buf[s.range()]);
                 let model = crate::format::decode(&payload).ok()?.object;
-                if let Some(Some(m)) = self.members.get_mut(s.id as usize) {
+                if let Some(m) = self
+                    .members
+                    .get_mut(s.id as usize)
+                    .filter(|m| m.batch != FREE)
+                {
                     m.model = Some(Arc::new(model));
                 }
             }
@@ -817,7 +1012,7 @@ impl State {
             // Only ELF can refuse a merge (functions of different objects overlapping in one
             // ELF object): keep those entries as they are, and stop trying.
             for b in &ids {
-                if let Some(batch) = self.batches.get_mut(b) {
+                if let Some(batch) = self.batches.get_mut(*b) {
                     batch.level = SEALED;
                 }
             }
@@ -836,7 +1031,7 @@ impl State {
     /// Unlinks and frees batch `batch_id`.
     fn unlink_batch(&mut self, batch_id: u64) {
         self.drop_pending(batch_id);
-        let Some(batch) = self.batches.remove(&batch_id) else {
+        let Some(batch) = self.batches.remove(batch_id) else {
             return;
         };
         // SAFETY: linked when created (`link_new`) or swapped in (`rewrite`, `republish`),
@@ -858,7 +1053,7 @@ impl State {
     /// rewritten as ELF (see `build_as_elf`).
     fn rewrite(&mut self, batch_id: u64) {
         self.drop_pending(batch_id);
-        let Some(batch) = self.batches.get(&batch_id) else {
+        let Some(batch) = self.batches.get(batch_id) else {
             return;
         };
         let (format, open) = (batch.format, batch.open);
@@ -876,7 +1071,7 @@ impl State {
             // Keep the open batch appendable.
             buf.reserve_exact(OPEN_CAPACITY.saturating_sub(buf.len()));
         }
-        let Some(batch) = self.batches.get_mut(&batch_id) else {
+        let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
         };
         *cell.entry.get_mut() = JitCodeEntry::new(&buf);
@@ -907,19 +1102,21 @@ impl State {
     /// Unregisters member `id`. Its entry is unlinked if it held nothing else. Otherwise,
     /// without a debugger, the object's live slot is cleared and its record left in place (a
     /// tombstone, skipped by every reader); with one, the batch is rewritten without it.
-    fn remove(&mut self, id: u64) {
-        let Some(member) = self.members.get_mut(id as usize).and_then(Option::take) else {
+    fn remove(&mut self, id: u32) {
+        let Some(member) = self.member_mut(id) else {
             return;
         };
-        self.unregister(id, member.batch);
+        let batch = std::mem::replace(&mut member.batch, FREE);
+        member.model = None;
+        self.unregister(id, batch);
         self.live.get(id as usize).store(0, Ordering::Release);
-        self.free.push(id as usize);
+        self.free.push(id);
     }
 
     /// Takes member `id` out of `batch_id` (see `remove`). The caller clears the live slot
     /// afterwards (a tombstone's slot is cleared here, before anything else).
-    fn unregister(&mut self, id: u64, batch_id: u64) {
-        let Some(batch) = self.batches.get_mut(&batch_id) else {
+    fn unregister(&mut self, id: u32, batch_id: u64) {
+        let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
         };
         let Some(pos) = batch.members.iter().position(|s| s.id == id) else {
@@ -931,7 +1128,7 @@ impl State {
             return;
         }
         if batch.format == Format::Compact && !descriptor::debugger_attached() {
-            batch.dead += slot.len;
+            batch.dead += slot.len as usize;
             let dead = batch.dead;
             let len = batch.buf.len();
             self.live.get(id as usize).store(0, Ordering::Release);
@@ -960,7 +1157,7 @@ impl Registration {
     /// the ELF object for ELF); a debugger entry may hold it together with other objects:
     /// see [`register`].
     pub fn payload_len(&self) -> usize {
-        self.payload_len
+        self.payload_len as usize
     }
 
     /// Payload format.
@@ -970,7 +1167,7 @@ impl Registration {
 
     /// Number of functions registered by this handle.
     pub fn function_count(&self) -> usize {
-        self.functions
+        self.functions as usize
     }
 }
 
@@ -987,5 +1184,42 @@ impl std::fmt::Debug for Registration {
             .field("functions", &self.functions)
             .field("payload_len", &self.payload_len)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch() -> Batch {
+        Batch::new(EntryCell::new(), Format::Compact, 0, Vec::new(), Vec::new())
+    }
+
+    #[test]
+    fn a_batch_id_outlives_its_batch_without_finding_another() {
+        let mut batches = Batches::default();
+        let a = batches.insert(batch());
+        let b = batches.insert(batch());
+        assert_ne!(a, b);
+        assert!(batches.remove(a).is_some());
+        assert!(batches.get(a).is_none() && batches.remove(a).is_none());
+        // The slot is reused under a new generation: the old id still finds nothing.
+        let c = batches.insert(batch());
+        assert_eq!(c & 0xffff_ffff, a & 0xffff_ffff);
+        assert_ne!(c, a);
+        assert!(batches.get(a).is_none() && batches.get_mut(a).is_none());
+        assert!(batches.get(c).is_some() && batches.get(b).is_some());
+        for id in [a, b, c] {
+            assert!(id != FREE && id != NEW);
+        }
+        assert!(batches.get(NEW).is_none() && batches.get(FREE).is_none());
+    }
+
+    #[test]
+    fn slots_and_members_stay_small() {
+        // Kept once per registered object: every byte is paid for in page faults.
+        assert_eq!(std::mem::size_of::<Slot>(), 12);
+        assert_eq!(std::mem::size_of::<Member>(), 16);
+        assert_eq!(std::mem::size_of::<Registration>(), 24);
     }
 }

@@ -10,7 +10,7 @@ mod registry_support;
 
 use std::collections::BTreeSet;
 
-use jit_interface::{decode_all, Format, JitObject, LineRow, Registration};
+use jit_interface::{decode_all, CallTarget, Format, JitObject, LineRow, Registration};
 use object::{Object, ObjectSymbol};
 use registry_support::for_each_payload;
 
@@ -21,6 +21,35 @@ struct Census {
     elf_entries: usize,
     elf: BTreeSet<String>,
     compact: BTreeSet<String>,
+    /// Return addresses of the call sites the ELF entries describe.
+    elf_call_sites: BTreeSet<u64>,
+}
+
+/// Return addresses (`DW_AT_low_pc`) of every `DW_TAG_GNU_call_site` in an ELF payload.
+fn call_site_returns(file: &object::File) -> Vec<u64> {
+    use object::ObjectSection;
+    let load = |id: gimli::SectionId| -> Result<gimli::EndianSlice<'_, gimli::LittleEndian>, ()> {
+        let data = file
+            .section_by_name(id.name())
+            .and_then(|s| s.data().ok())
+            .unwrap_or(&[]);
+        Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
+    };
+    let dwarf = gimli::Dwarf::load(load).unwrap();
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next().unwrap() {
+        let unit = dwarf.unit(header).unwrap();
+        let mut entries = unit.entries();
+        while let Some(e) = entries.next_dfs().unwrap() {
+            if e.tag() == gimli::DW_TAG_GNU_call_site {
+                if let Some(gimli::AttributeValue::Addr(a)) = e.attr_value(gimli::DW_AT_low_pc) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
 }
 
 fn census() -> Census {
@@ -36,6 +65,7 @@ fn census() -> Census {
                 let name = s.name().expect("symbol name").to_string();
                 assert!(c.elf.insert(name.clone()), "{name} listed twice");
             }
+            c.elf_call_sites.extend(call_site_returns(&file));
         } else {
             for o in decode_all(payload).expect("a listed compact payload decodes") {
                 for f in o.object.functions() {
@@ -56,12 +86,27 @@ fn one(i: u64) -> Registration {
         })
         .collect();
     let mut o = JitObject::new();
-    let f = o
-        .add_function(&name(i), 0x5400_0000_0000 + 64 * i, 64)
-        .unwrap();
+    let f = o.add_function(&name(i), start(i), 64).unwrap();
     o.set_lines(f, "policy.js", &rows).unwrap();
     o.set_frame_pointer(f, 1, 4).unwrap();
+    if i % 8 == 3 {
+        // Compact records leave call sites out; the ELF batches must not.
+        o.add_call_site(f, 13, CallTarget::Address(start(i + 1)))
+            .unwrap();
+    }
     jit_interface::register(&o, Format::Compact).unwrap()
+}
+
+fn start(i: u64) -> u64 {
+    0x5400_0000_0000 + 64 * i
+}
+
+/// Return addresses of the call sites `one` declares for functions in `range`.
+fn call_sites(range: std::ops::Range<u64>) -> BTreeSet<u64> {
+    range
+        .filter(|i| i % 8 == 3)
+        .map(|i| start(i) + 13)
+        .collect()
 }
 
 fn name(i: u64) -> String {
@@ -83,6 +128,11 @@ fn small_compact_registrations_under_a_debugger() {
     assert_eq!((c.entries, c.elf_entries), (9, 1), "{c:?}");
     assert_eq!(c.elf, names(0..32));
     assert_eq!(c.compact, names(32..40));
+    assert_eq!(
+        c.elf_call_sites,
+        call_sites(0..32),
+        "call sites kept in the batch"
+    );
 
     // Unregistering one of the batch rewrites the batch, as ELF, without it.
     regs[5] = None;
@@ -92,6 +142,7 @@ fn small_compact_registrations_under_a_debugger() {
     assert_eq!((c.entries, c.elf_entries), (9, 1), "{c:?}");
     assert_eq!(c.elf, expect);
     assert_eq!(c.compact, names(32..40));
+    assert_eq!(c.elf_call_sites, call_sites(0..32), "and in its rewrite");
 
     // Once 10,000 functions were announced in compact entries of their own, small compact
     // registrations are announced as ELF entries of their own.
@@ -102,11 +153,18 @@ fn small_compact_registrations_under_a_debugger() {
         "{} compact",
         before.compact.len()
     );
+    let compact_entries = before.entries - before.elf_entries;
+    assert!(
+        compact_entries > 0,
+        "the test needs compact entries waiting for a merge"
+    );
     let late = one(10_000);
     let c = census();
-    assert_eq!(c.entries, before.entries + 1);
     assert!(c.elf.contains(&name(10_000)), "announced as ELF");
-    assert_eq!(c.compact, before.compact);
+    // The compact entries that waited for a merge went into one ELF batch at the switch.
+    assert!(c.compact.is_empty(), "{} compact left", c.compact.len());
+    assert_eq!(c.entries, before.entries - compact_entries + 2);
+    assert!(c.elf.is_superset(&before.compact));
     // Every registered function is listed exactly once.
     let mut all: BTreeSet<String> = c.elf.union(&c.compact).cloned().collect();
     assert!(all.remove(&name(10_000)));

@@ -241,6 +241,19 @@ pub fn unregister(h: &Host, tag: &str) {
 /// `stepi` (`nexti` over calls) through every instruction of JIT function `name`, prologue
 /// and epilogue included: at each one the pc is that instruction and `bt` is right.
 pub fn step_every_instruction(h: &Host, tag: &str, name: &str) {
+    step_every_instruction_watching(h, tag, name, None);
+}
+
+/// A variable to print at every step from instruction `from` on, and its expected value.
+pub struct Watch {
+    pub expr: &'static str,
+    pub value: &'static str,
+    pub from: usize,
+}
+
+/// `step_every_instruction`, also printing `watch.expr` at every instruction from
+/// `watch.from` on (epilogue included), which must show `watch.value`.
+pub fn step_every_instruction_watching(h: &Host, tag: &str, name: &str, watch: Option<Watch>) {
     let dir = TempDir::new(tag);
     let layout = h.layout(dir.path());
     let f = layout.get(name).clone();
@@ -255,6 +268,9 @@ pub fn step_every_instruction(h: &Host, tag: &str, name: &str) {
         .cmd("delete");
     for i in 0..f.insns.len() {
         g = g.section(&format!("insn {i}"), ["p/x $pc", "bt"]);
+        if let Some(w) = watch.as_ref().filter(|w| i >= w.from) {
+            g = g.section(&format!("watch {i}"), [format!("print {}", w.expr)]);
+        }
         if i + 1 < f.insns.len() {
             g = g.cmd("nexti");
         }
@@ -279,6 +295,18 @@ pub fn step_every_instruction(h: &Host, tag: &str, name: &str) {
         }
         if !frames[0].is(name) {
             t.fail(&format!("{s}: frame #0 is not {name}"));
+        }
+        if let Some(w) = watch.as_ref().filter(|w| i >= w.from) {
+            let printed = t.section(&format!("watch {i}"));
+            let value = printed
+                .lines()
+                .find_map(|l| l.strip_prefix('$')?.split_once(" = ").map(|x| x.1.trim()));
+            if value != Some(w.value) {
+                t.fail(&format!(
+                    "{s} ({name}+{off}): `print {}` shows {printed:?}, expected {}",
+                    w.expr, w.value
+                ));
+            }
         }
     }
 }
@@ -477,6 +505,10 @@ pub fn lldb_backtrace(h: &Host, tag: &str) {
     }
     if !names.iter().any(|n| short(n).starts_with("main")) {
         t.fail("LLDB's backtrace does not reach main");
+    }
+    // The declared parameter of jit_middle (a frame slot, given relative to the CFA).
+    if !bt_text.contains("jit_middle(n=40)") {
+        t.fail("LLDB does not show jit_middle's parameter as n=40");
     }
     // Lines: LLDB is not required to show them, but a line it shows must be right.
     let mut report = String::from("LLDB JIT frames:\n");

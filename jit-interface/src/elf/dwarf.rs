@@ -32,7 +32,9 @@ use std::collections::HashMap;
 use super::bytes::{extend_small, offset32, patch_length, Put};
 use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::model::{BaseType, CallTarget, Function, LineRow, Location, VariableKind};
+use crate::model::{
+    Arch, BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind,
+};
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
 const FRAME_POINTER: u8 = 6;
@@ -602,6 +604,7 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
         .variables()
         .iter()
         .filter(|v| v.kind == VariableKind::Local);
+    let frame_pointer_from_cfa = frame_pointer_from_cfa(f);
     for v in params.chain(locals) {
         info.entry(match v.kind {
             VariableKind::Parameter => Abbrev::Parameter,
@@ -609,7 +612,7 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
         });
         info.out.cstr(&v.name);
         info.out.u32(types[v.ty as usize]);
-        // An expression of at most 6 bytes, after its length (one byte).
+        // An expression of at most 9 bytes, after its length (one byte of ULEB128).
         let at = info.out.len();
         info.out.u8(0);
         match v.location {
@@ -618,14 +621,36 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
                 info.out.u8(dw::DW_OP_regx.0);
                 info.out.uleb(r.into());
             }
-            Location::FrameOffset(o) => {
-                info.out.u8(dw::DW_OP_breg0.0 + FRAME_POINTER);
-                info.out.sleb(o.into());
-            }
+            Location::FrameOffset(o) => match frame_pointer_from_cfa {
+                // Relative to the CFA, which the CFI gives at every instruction: `rbp` is the
+                // caller's in the prologue and after the epilogue's `pop rbp`, and a location
+                // based on it would read another frame's memory there.
+                Some(k) => {
+                    info.out.u8(dw::DW_OP_call_frame_cfa.0);
+                    info.out.u8(dw::DW_OP_consts.0);
+                    info.out.sleb(i64::from(o) - k);
+                    info.out.u8(dw::DW_OP_plus.0);
+                }
+                None => {
+                    info.out.u8(dw::DW_OP_breg0.0 + FRAME_POINTER);
+                    info.out.sleb(o.into());
+                }
+            },
         }
         info.out[at] = (info.out.len() - at - 1) as u8;
     }
     blocks(info, f);
+}
+
+/// How far below the CFA `f`'s frame pointer points once set up (`k`: FP = CFA - k), when
+/// its frame description says so: every row that computes the CFA from the frame pointer
+/// adds the same `k` (16 for the standard frame). `None` for functions that never base the
+/// CFA on the frame pointer, or do with different offsets.
+fn frame_pointer_from_cfa(f: &Function) -> Option<i64> {
+    let rows = f.frame().rows(Arch::X86_64, f.size().into());
+    let mut fp_rows = rows.iter().filter(|r| r.cfa_base == CfaBase::Fp);
+    let k = fp_rows.next()?.cfa_offset;
+    fp_rows.all(|r| r.cfa_offset == k).then_some(i64::from(k))
 }
 
 /// Writes the lexical blocks of `f`, nested as the model says, each list of siblings in
@@ -1108,10 +1133,18 @@ mod tests {
                 (true, "x", "int32_t", 4, &[0x55][..]),
                 // DW_OP_regx 40
                 (true, "buf", "*unsigned char", 8, &[0x90, 40][..]),
-                // DW_OP_breg6 (rbp) -24
-                (false, "sum", "double", 8, &[0x76, 0x68][..]),
-                // DW_OP_breg6 (rbp) +200
-                (false, "count", "uint16_t", 2, &[0x76, 0xc8, 0x01][..]),
+                // The default frame keeps rbp at CFA - 16: DW_OP_call_frame_cfa,
+                // DW_OP_consts -40, DW_OP_plus (rbp - 24 wherever rbp is set up, right in
+                // the prologue and epilogue too)
+                (false, "sum", "double", 8, &[0x9c, 0x11, 0x58, 0x22][..]),
+                // DW_OP_call_frame_cfa, DW_OP_consts 184, DW_OP_plus (rbp + 200)
+                (
+                    false,
+                    "count",
+                    "uint16_t",
+                    2,
+                    &[0x9c, 0x11, 0xb8, 0x01, 0x22][..]
+                ),
             ]
         );
         let encodings: Vec<Option<gimli::DwAte>> = s.vars.iter().map(|v| v.type_encoding).collect();
@@ -1236,6 +1269,78 @@ mod tests {
             [
                 Callee::Target(target),
                 Callee::Declaration("b_entry".into())
+            ]
+        );
+    }
+
+    #[test]
+    fn frame_offsets_follow_the_frame_description() {
+        use crate::model::{CfaBase, UnwindRow};
+        let row = |offset, cfa_base, cfa_offset| UnwindRow {
+            offset,
+            cfa_base,
+            cfa_offset,
+            fp_offset: if cfa_base == CfaBase::Fp {
+                -cfa_offset
+            } else {
+                0
+            },
+        };
+        let mut o = JitObject::new();
+        let names = ["fp", "fp_rows", "sp_rows", "mixed_rows"];
+        for (i, name) in names.iter().enumerate() {
+            let f = o
+                .add_function(name, 0x1000 + i as u64 * 0x100, 0x40)
+                .unwrap();
+            match i {
+                0 => o.set_frame_pointer(f, 1, 4).unwrap(),
+                // A frame pointer 32 below the CFA once set up.
+                1 => o
+                    .set_unwind(f, &[row(0, CfaBase::Sp, 8), row(8, CfaBase::Fp, 32)])
+                    .unwrap(),
+                2 => o
+                    .set_unwind(f, &[row(0, CfaBase::Sp, 8), row(4, CfaBase::Sp, 40)])
+                    .unwrap(),
+                _ => o
+                    .set_unwind(
+                        f,
+                        &[
+                            row(0, CfaBase::Sp, 8),
+                            row(4, CfaBase::Fp, 16),
+                            row(8, CfaBase::Fp, 32),
+                        ],
+                    )
+                    .unwrap(),
+            }
+            o.add_variable(
+                f,
+                Variable {
+                    name: "v".into(),
+                    kind: VariableKind::Local,
+                    ty: BaseType::I64,
+                    location: Location::FrameOffset(-8),
+                },
+            )
+            .unwrap();
+        }
+        let p = Parsed::encode(&o);
+        let got: Vec<(String, Vec<u8>)> = p
+            .subprograms()
+            .into_iter()
+            .map(|s| (s.name.clone(), s.vars[0].location.clone()))
+            .collect();
+        let want = |name: &str, loc: &[u8]| (name.to_string(), loc.to_vec());
+        assert_eq!(
+            got,
+            [
+                // CFA - 24: DW_OP_call_frame_cfa, DW_OP_consts -24, DW_OP_plus.
+                want("fp", &[0x9c, 0x11, 0x68, 0x22]),
+                // CFA - 40.
+                want("fp_rows", &[0x9c, 0x11, 0x58, 0x22]),
+                // No frame pointer described: rbp - 8 as is (DW_OP_breg6 -8).
+                want("sp_rows", &[0x76, 0x78]),
+                // Two frame-pointer offsets: rbp as is.
+                want("mixed_rows", &[0x76, 0x78]),
             ]
         );
     }
