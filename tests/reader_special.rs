@@ -526,6 +526,33 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
     t.assert_contains(Some("pending"), "= 0");
 }
 
+/// Deferred mode with `max_delay`: the timer thread announces pending registrations while
+/// the runtime registers nothing more, so plain GDB (no scripts) names them at the stop.
+#[test]
+fn deferred_registrations_are_announced_after_max_delay_without_another_registration() {
+    if !require_tool("gdb", "reader_deferred_delay") {
+        return;
+    }
+    let dir = TempDir::new("reader-deferred-delay");
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd("set environment READER_HOST_MAX_DELAY_MS=50")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .run();
+    t.assert_contains(None, "0 pending after");
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+}
+
 /// Deferred mode announces by itself once `max_pending` registrations are pending: plain GDB
 /// (no scripts) then names them.
 #[test]

@@ -450,9 +450,9 @@ pub unsafe extern "C" fn jit_unregister(reg: *mut jit_registration) {
 /// Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact
 /// registrations made while a debugger is attached no longer stop the process each; they
 /// are listed at once (attach and core files see them) and announced to the debugger
-/// together, when `max_pending` of them are pending, at the first registration
-/// `max_delay_ms` after the oldest pending one (0: no time limit), on `jit_flush`, or when
-/// the program stops under our GDB scripts. `max_pending` 0 turns deferred mode off and
+/// together, when `max_pending` of them are pending, `max_delay_ms` after the oldest
+/// pending one (0: no time limit; a timer thread, `jit-gdb-flush`, announces them then),
+/// on `jit_flush`, or when the program stops under our GDB scripts. `max_pending` 0 turns deferred mode off and
 /// announces what is pending. Returns 0.
 #[no_mangle]
 pub extern "C" fn jit_set_deferred(max_pending: usize, max_delay_ms: u32) -> c_int {

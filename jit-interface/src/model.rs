@@ -116,6 +116,13 @@ pub enum Frame {
 impl Frame {
     /// The rows this description stands for, for a function of `size` bytes.
     pub fn rows(&self, arch: Arch, size: u64) -> Vec<UnwindRow> {
+        let mut rows = Vec::new();
+        self.rows_into(arch, size, &mut rows);
+        rows
+    }
+
+    /// [`Self::rows`] into `rows` (cleared first): encoders reuse one vector.
+    pub(crate) fn rows_into(&self, arch: Arch, size: u64, rows: &mut Vec<UnwindRow>) {
         let _ = arch; // x86-64 layout; aarch64 frame records use the same offsets from x29.
         let fp_rule = |offset| UnwindRow {
             offset,
@@ -123,15 +130,16 @@ impl Frame {
             cfa_offset: 16,
             fp_offset: -16,
         };
+        rows.clear();
         match self {
-            Frame::Default => vec![fp_rule(0)],
-            Frame::Rows(rows) => rows.clone(),
+            Frame::Default => rows.push(fp_rule(0)),
+            Frame::Rows(given) => rows.extend_from_slice(given),
             Frame::FramePointer {
                 push_end,
                 setup_end,
                 epilogues,
             } => {
-                let mut rows = Vec::with_capacity(3 + 2 * epilogues.len());
+                rows.reserve(3 + 2 * epilogues.len());
                 rows.push(UnwindRow::X86_64_ENTRY);
                 rows.push(UnwindRow {
                     offset: *push_end,
@@ -151,7 +159,6 @@ impl Frame {
                         rows.push(fp_rule(e.ret_end));
                     }
                 }
-                rows
             }
         }
     }
@@ -416,6 +423,12 @@ impl<'a> Function<'a> {
     pub fn name(&self) -> &'a str {
         &self.object.text[self.entry.name.range()]
     }
+    /// The name's bytes: what encoders copy, without the character-boundary checks of
+    /// [`Self::name`].
+    #[cfg(feature = "runtime")]
+    pub(crate) fn name_bytes(&self) -> &'a [u8] {
+        &self.object.text.as_bytes()[self.entry.name.range()]
+    }
     /// Address of the first instruction.
     pub fn start(&self) -> u64 {
         self.entry.start
@@ -547,6 +560,14 @@ impl DoubleEndedIterator for FunctionIter<'_> {
 }
 
 impl ExactSizeIterator for FunctionIter<'_> {}
+
+/// The error for objects that together hold more than one object may.
+#[cold]
+fn merged_too_large() -> Error {
+    Error::TooLarge(format!(
+        "the objects merged into one hold more than {MAX_STORED} bytes of names or line rows"
+    ))
+}
 
 /// Checks a name (function, block, variable or file): non-empty, no NUL.
 #[inline]
@@ -1237,9 +1258,7 @@ impl JitObject {
             return Err(Error::EmptyObject);
         }
         if self.too_large {
-            return Err(Error::TooLarge(format!(
-                "the objects merged into one hold more than {MAX_STORED} bytes of names or line rows"
-            )));
+            return Err(merged_too_large());
         }
         // Runtimes usually add functions in address order: then one pass proves that none
         // overlap (each starts at or after the end of the one before, so ends increase too).
@@ -1261,10 +1280,27 @@ impl JitObject {
         Ok(())
     }
 
+    /// Would `objects` merged into one (see [`Self::merged`]) be refused by `validate` for
+    /// holding too much? The check of `validate` on the merged object, without merging.
+    #[cfg(feature = "runtime")]
+    pub(crate) fn check_stored_together(objects: &[&JitObject]) -> Result<()> {
+        let (mut text, mut rows) = (0usize, 0usize);
+        for o in objects {
+            text = text.saturating_add(o.text.len());
+            rows = rows.saturating_add(o.rows.len());
+            if o.too_large || (objects.len() > 1 && (text > MAX_STORED || rows > MAX_STORED)) {
+                return Err(merged_too_large());
+            }
+        }
+        Ok(())
+    }
+
     /// All functions of `objects`, in order, in one object of `arch` (the registry
     /// consolidates many small registrations into one debugger entry). Not validated: the
     /// encoder does that.
-    #[cfg(feature = "runtime")]
+    // The ELF encoder encodes several objects as one without it (`elf::encode_objects`):
+    // tests compare the two.
+    #[cfg(all(test, feature = "runtime"))]
     pub(crate) fn merged<'a, I>(arch: Arch, objects: I) -> JitObject
     where
         I: IntoIterator<Item = &'a JitObject>,

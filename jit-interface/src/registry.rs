@@ -37,7 +37,7 @@ use std::collections::hash_map::RandomState;
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::descriptor::{self, JitCodeEntry};
@@ -307,10 +307,12 @@ struct State {
 pub struct Deferral {
     /// Announce once this many registrations are pending (at least 1).
     pub max_pending: usize,
-    /// Announce at the first registration made this long after the oldest pending one
-    /// (`None`: no time limit). There is no timer thread: an idle runtime's pending
-    /// registrations wait for [`flush`], the next registration, or the debugger's next stop
-    /// (our GDB scripts announce them then).
+    /// Announce this long after the oldest pending registration at the latest (`None`: no
+    /// time limit). With a limit, a timer thread (`jit-gdb-flush`, started the first time
+    /// a registration is pending under a debugger, asleep while none is) announces them
+    /// even if the runtime registers nothing more, so a crash in idle code still shows
+    /// every name in plain GDB. (A child forked afterwards has no such thread: there the
+    /// limit is checked at each registration, and at [`flush`].)
     pub max_delay: Option<Duration>,
 }
 
@@ -337,6 +339,62 @@ pub fn set_deferred(deferral: Option<Deferral>) {
     if st.deferred.is_none() {
         st.flush();
     }
+    // The timer looks at the new settings.
+    TIMER_WAKE.notify_all();
+}
+
+/// Wakes the timer thread: the settings changed or a first registration became pending.
+static TIMER_WAKE: Condvar = Condvar::new();
+
+/// Starts the thread that announces pending registrations once `max_delay` has passed
+/// (once per process). Should it fail to start, the limit is checked at each registration
+/// instead, as before, and a warning says so.
+fn start_timer() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let spawned = std::thread::Builder::new()
+            .name("jit-gdb-flush".into())
+            .spawn(timer_loop);
+        if let Err(e) = spawned {
+            eprintln!(
+                "jit-interface: cannot start the deferred-mode timer thread ({e}): pending \
+                 registrations are announced at the next registration after max_delay"
+            );
+        }
+    });
+}
+
+fn timer_loop() {
+    let lock = REGISTRY.get_or_init(Mutex::default);
+    let mut st = lock.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let due = st
+            .deferred
+            .and_then(|d| d.max_delay)
+            .zip(st.pending_since)
+            .filter(|_| st.pending > 0)
+            .map(|(delay, since)| since + delay);
+        st = match due {
+            Some(due) => match due.checked_duration_since(Instant::now()) {
+                Some(wait) if !wait.is_zero() => {
+                    TIMER_WAKE
+                        .wait_timeout(st, wait)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
+                }
+                _ => {
+                    st.flush();
+                    st
+                }
+            },
+            None => TIMER_WAKE.wait(st).unwrap_or_else(|e| e.into_inner()),
+        };
+    }
+}
+
+/// How many deferred registrations an attached debugger has not been told about yet.
+pub fn pending() -> usize {
+    jit_gdb_pending.load(Ordering::Relaxed) as usize
 }
 
 /// Announces pending deferred registrations to an attached debugger (one stop per batch
@@ -565,6 +623,12 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 m.batch = batch_id;
             }
             if !quiet && !big {
+                if encoding != format {
+                    // The reader budget is spent: compact entries of their own still waiting
+                    // for a merge would wait for good (no more join them), so they go into
+                    // one ELF batch now (one stop, once).
+                    st.merge_waiting(Format::Compact, 0);
+                }
                 st.level_push(encoding, 0, batch_id);
             }
             if quiet {
@@ -743,7 +807,16 @@ impl State {
             }
             b.pending += 1;
             self.pending += 1;
-            self.pending_since.get_or_insert_with(Instant::now);
+            if self.pending_since.is_none() {
+                self.pending_since = Some(Instant::now());
+                if self.deferred.is_some_and(|d| d.max_delay.is_some()) {
+                    // Started only now, under a debugger: a program that never has one
+                    // (or runs under valgrind) never gets the thread.
+                    start_timer();
+                }
+                // The timer sleeps until something is pending.
+                TIMER_WAKE.notify_all();
+            }
             jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
         }
     }
@@ -808,6 +881,18 @@ impl State {
         }
     }
 
+    /// Merges the entries waiting at `level` of `format`, however few.
+    fn merge_waiting(&mut self, format: Format, level: usize) {
+        let ids = self
+            .levels
+            .get_mut(&(format as u8, level))
+            .map(std::mem::take)
+            .unwrap_or_default();
+        if !ids.is_empty() {
+            self.merge(format, level, ids);
+        }
+    }
+
     fn level_push(&mut self, format: Format, level: usize, batch: u64) {
         let list = self.levels.entry((format as u8, level)).or_default();
         list.push(batch);
@@ -864,7 +949,7 @@ impl State {
                     });
                 };
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
-                let buf = crate::elf::encode(&JitObject::merged(arch, models.iter().copied()))?;
+                let buf = crate::elf::encode_objects(arch, &models)?;
                 Ok((buf, slots))
             }
         }

@@ -482,9 +482,16 @@ fn real_main() -> Result<(), String> {
                 .ok()
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1000);
+            // READER_HOST_MAX_DELAY_MS: announce that long after the oldest pending one;
+            // the host then registers nothing more and waits (up to 10 s) until nothing is
+            // pending, as an idle runtime would, before it runs the code.
+            let max_delay = std::env::var("READER_HOST_MAX_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map(std::time::Duration::from_millis);
             jit_interface::set_deferred(Some(jit_interface::Deferral {
                 max_pending,
-                max_delay: None,
+                max_delay,
             }));
             let inner = frameless_fn("jit_deferred_inner", brk);
             let probe = frame_pointer_fn("jit_deferred_outer", 0);
@@ -493,6 +500,18 @@ fn real_main() -> Result<(), String> {
             let starts = buf.place(&[&inner, &outer])?;
             let _i = register(&[(&inner, starts[0])], &file, Format::Compact)?;
             let _o = register(&[(&outer, starts[1])], &file, Format::Compact)?;
+            if max_delay.is_some() {
+                let pending = jit_interface::pending;
+                let t0 = std::time::Instant::now();
+                while pending() > 0 && t0.elapsed() < std::time::Duration::from_secs(10) {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                eprintln!(
+                    "reader-testhost: {} pending after {:?}",
+                    pending(),
+                    t0.elapsed()
+                );
+            }
             stop("deferred", starts[1]);
         }
         "reuse" => {

@@ -65,6 +65,16 @@ impl Put for Vec<u8> {
     }
 }
 
+/// Appends the first `len` bytes of `bytes` to `out`. Copies of a few bytes are frequent:
+/// a copy of a size known when compiling is a few moves, a call to `memcpy` for a variable
+/// size costs more than that, so all of `bytes` is copied and the rest cut off again.
+#[inline(always)]
+pub(super) fn extend_small<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N], len: usize) {
+    let end = out.len() + len;
+    out.extend_from_slice(bytes);
+    out.truncate(end);
+}
+
 /// `n` as a 32-bit DWARF offset or length, or an error naming `what`.
 pub(super) fn offset32(n: usize, what: &str) -> Result<u32> {
     u32::try_from(n).map_err(|_| {

@@ -12,8 +12,8 @@
 
 use gimli::constants as dw;
 
-use super::bytes::{patch_length, Put};
-use super::layout::MAX_PADDING;
+use super::bytes::{extend_small, patch_length, Put};
+use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
 
@@ -88,17 +88,44 @@ fn advance(delta: u64, out: &mut Vec<u8>) {
     }
 }
 
-/// The checked frame rows of one function at a time. Consecutive functions often have the
-/// same frame description and size (one JIT, one prologue): their rows are made and checked
-/// once.
+/// The encoded `.debug_frame`, and storage kept between payloads.
 #[derive(Default)]
-struct Rows<'f> {
-    /// The frame and size `rows` were made for.
-    of: Option<(&'f Frame, u32)>,
+pub(super) struct Parts {
+    pub frame: Vec<u8>,
+    /// The CIE, the same in every payload.
+    cie: Vec<u8>,
     rows: Vec<UnwindRow>,
+    first_rows: Vec<UnwindRow>,
+    /// Of the two [`Repeat`]s.
+    repeat_rows: [Vec<UnwindRow>; 2],
+    repeat_bytes: [Vec<u8>; 2],
+    step: Vec<u8>,
+    reset: Vec<u8>,
 }
 
-impl<'f> Rows<'f> {
+impl Parts {
+    /// Bytes of storage held.
+    pub fn bytes(&self) -> usize {
+        self.frame.capacity()
+            + self.repeat_bytes.iter().map(Vec::capacity).sum::<usize>()
+            + self.step.capacity()
+            + self.reset.capacity()
+            + (self.rows.capacity()
+                + self.first_rows.capacity()
+                + self.repeat_rows.iter().map(Vec::capacity).sum::<usize>())
+                * std::mem::size_of::<UnwindRow>()
+    }
+}
+
+/// The checked frame rows of one function at a time. Consecutive functions often have the
+/// same frame description and size (one JIT, one prologue): their rows are made once.
+struct Rows<'f, 'p> {
+    /// The frame and size `rows` were made for.
+    of: Option<(&'f Frame, u32)>,
+    rows: &'p mut Vec<UnwindRow>,
+}
+
+impl<'f> Rows<'f, '_> {
     /// The rows of `f`, and whether they are those of the function asked about before.
     fn of<'a>(&'a mut self, arch: Arch, f: Function<'f>) -> Result<(&'a [UnwindRow], bool)>
     where
@@ -116,14 +143,15 @@ impl<'f> Rows<'f> {
             self.of = None;
             return Ok((rows, false));
         }
-        let same = matches!(self.of, Some((frame, size)) if frame == f.frame() && size == f.size());
+        let same = matches!(self.of, Some((frame, size)) if size == f.size() && (std::ptr::eq(frame, f.frame()) || frame == f.frame()));
         if !same {
-            self.of = None;
-            self.rows = f.frame().rows(arch, f.size().into());
-            check(&self.rows)?;
+            f.frame().rows_into(arch, f.size().into(), self.rows);
+            // Rows made from a description the model checked (offsets inside the function,
+            // in order) are good: see `Frame::rows`.
+            debug_assert_eq!(check(self.rows), Ok(()));
             self.of = Some((f.frame(), f.size()));
         }
-        Ok((&self.rows, same))
+        Ok((self.rows, same))
     }
 }
 
@@ -136,13 +164,10 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
     patch_length(out, start, ".debug_frame")
 }
 
-/// Encodes the `.debug_frame` section for `functions` (in address order).
-pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>> {
-    // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
-    let mut out = Vec::with_capacity(32 + functions.len() * 16 + functions.len() / 2);
-
-    // The CIE, at offset 0: version 1 (what every debugger reads; GCC emits it too), no
-    // augmentation, code offsets in bytes, stack offsets factored by -8.
+/// Writes the CIE every FDE refers to: version 1 (what every debugger reads; GCC emits it
+/// too), no augmentation, code offsets in bytes, stack offsets factored by -8, and the
+/// state at a function's first instruction.
+fn write_cie(out: &mut Vec<u8>) -> Result<()> {
     out.u32(0);
     out.u32(u32::MAX);
     out.u8(1);
@@ -150,27 +175,88 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
     out.uleb(1);
     out.sleb(DATA_ALIGN.into());
     out.u8(RA);
-    // The state at a function's first instruction: CFA = rsp + 8, return address at
-    // CFA - 8, rbp still the caller's.
-    let entry = UnwindRow::X86_64_ENTRY;
+    // CFA = rsp + 8, return address at CFA - 8, rbp still the caller's.
     out.u8(dw::DW_CFA_def_cfa.0);
     out.uleb(RSP.into());
-    out.uleb(entry.cfa_offset as u64);
+    out.uleb(UnwindRow::X86_64_ENTRY.cfa_offset as u64);
     out.u8(dw::DW_CFA_offset.0 | RA);
     out.uleb(1);
     out.u8(dw::DW_CFA_same_value.0);
     out.uleb(RBP.into());
-    finish_entry(&mut out, 0)?;
+    finish_entry(out, 0)
+}
 
-    let mut rows = Rows::default();
-    let mut repeat = Repeat::default();
+/// Encodes the `.debug_frame` section for the functions of `layout` into `parts.frame`.
+pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
+    let Parts {
+        frame: out,
+        cie,
+        rows,
+        first_rows,
+        repeat_rows,
+        repeat_bytes,
+        step,
+        reset,
+    } = parts;
+    let functions = &layout.functions;
+    out.clear();
+    // Benchmark shape: about 13 bytes of instructions per function plus a shared header.
+    out.reserve(32 + functions.len() * 16 + functions.len() / 2);
+
+    // The CIE, at offset 0 (made once per thread).
+    if cie.is_empty() {
+        write_cie(cie)?;
+    }
+    out.extend_from_slice(cie);
+    let entry = UnwindRow::X86_64_ENTRY;
+
+    let mut rows = Rows { of: None, rows };
+    // For the first functions of FDEs, and for the others.
+    let [rows_first, rows_other] = repeat_rows;
+    let [bytes_first, bytes_other] = repeat_bytes;
+    let mut repeats =
+        [(rows_first, bytes_first), (rows_other, bytes_other)].map(|(rows, bytes)| {
+            rows.clear();
+            bytes.clear();
+            Repeat {
+                key: None,
+                rows,
+                rows_are_previous: false,
+                bytes,
+                short: [0; SHORT],
+                advanced: 0,
+            }
+        });
     // Rows of the open FDE's first function.
-    let mut first_rows: Vec<UnwindRow> = Vec::new();
+    first_rows.clear();
     let mut open: Option<Fde> = None;
-    let (mut step, mut reset) = (Vec::new(), Vec::new());
-    for (i, &f) in functions.iter().enumerate() {
+    for (i, p) in functions.iter().enumerate() {
+        let f = p.f;
+        // The usual function first: what the general case below does when the function
+        // repeats the previous one (same frame and size) in its FDE, not the FDE's first,
+        // after the same distance: copy the instructions, the rules stay.
+        if let (Some(fde), Some((frame, size)), [_, repeat]) = (&mut open, rows.of, &repeats) {
+            if fde.functions > 0
+                && fde.functions < FDE_FUNCTIONS
+                && f.start() - fde.end <= MAX_PADDING
+                && f.end() - fde.start <= u64::from(u32::MAX)
+                && size == f.size()
+                && repeat.rows_are_previous
+                && repeat.key == Some((fde.state, f.start() - fde.loc, true))
+                && (std::ptr::eq(frame, f.frame()) || frame == f.frame())
+            {
+                if fde.functions == 1 {
+                    out.insert(fde.body, dw::DW_CFA_remember_state.0);
+                }
+                repeat.append(out);
+                fde.loc += repeat.advanced;
+                fde.functions += 1;
+                fde.end = f.end();
+                continue;
+            }
+        }
         // Rows the same as the previous function's (which is in the open FDE) match the
-        // FDE's first function as the previous function's did, and are the repeat's rows.
+        // FDE's first function as the previous function's did.
         let (rows, same) = rows.of(arch, f)?;
         // Neighbours share an FDE (the padding between them, never executed, gets the
         // rules of the function before it) if their rules match the first function's.
@@ -179,7 +265,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             fde.functions < FDE_FUNCTIONS
                 && f.start() - fde.end <= MAX_PADDING
                 && f.end() - fde.start <= u64::from(u32::MAX)
-                && (same || same_by_offset(&first_rows, fde.first_size, rows, f.size()))
+                && (same || same_by_offset(first_rows, fde.first_size, rows, f.size()))
         });
         let fde = match open.as_mut() {
             Some(fde) if joins => {
@@ -192,7 +278,7 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             }
             _ => {
                 if let Some(fde) = open.take() {
-                    fde.finish(&mut out)?;
+                    fde.finish(out)?;
                 }
                 first_rows.clear();
                 first_rows.extend_from_slice(rows);
@@ -216,8 +302,16 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             }
         };
         let key = (fde.state, f.start() - fde.loc, fde.functions > 0);
-        if repeat.key == Some(key) && (same || repeat.rows == rows) {
-            out.extend_from_slice(&repeat.bytes);
+        let (repeat, other) = match &mut repeats {
+            [first, other] if !key.2 => (first, other),
+            [other, rest] => (rest, other),
+        };
+        // The other's rows are still the previous function's if this one's are too.
+        other.rows_are_previous &= same;
+        if repeat.key == Some(key) && ((same && repeat.rows_are_previous) || **repeat.rows == *rows)
+        {
+            repeat.rows_are_previous = true;
+            repeat.append(out);
             fde.loc += repeat.advanced;
             if let Some(last) = rows.last() {
                 fde.state = *last;
@@ -226,22 +320,22 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
             let (begin, loc) = (out.len(), fde.loc);
             for (n, row) in rows.iter().enumerate() {
                 step.clear();
-                transition(&fde.state, row, &mut step);
+                transition(&fde.state, row, step);
                 if n == 0 && fde.functions > 0 {
                     // Either from the previous function's last rules, or back to the entry
                     // state (and keep it again) and from there: whichever is shorter.
                     reset.clear();
                     reset.u8(dw::DW_CFA_restore_state.0);
                     reset.u8(dw::DW_CFA_remember_state.0);
-                    transition(&entry, row, &mut reset);
+                    transition(&entry, row, reset);
                     if reset.len() < step.len() {
-                        std::mem::swap(&mut step, &mut reset);
+                        std::mem::swap(step, reset);
                     }
                 }
                 if !step.is_empty() {
                     let addr = f.start() + u64::from(row.offset);
-                    advance(addr - fde.loc, &mut out);
-                    out.extend_from_slice(&step);
+                    advance(addr - fde.loc, out);
+                    out.extend_from_slice(step);
                     fde.loc = addr;
                 }
                 fde.state = *row;
@@ -251,8 +345,12 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
                 repeat.key = Some(key);
                 repeat.rows.clear();
                 repeat.rows.extend_from_slice(rows);
+                repeat.rows_are_previous = true;
                 repeat.bytes.clear();
                 repeat.bytes.extend_from_slice(&out[begin..]);
+                if let Some(short) = repeat.short.get_mut(..repeat.bytes.len()) {
+                    short.copy_from_slice(repeat.bytes);
+                }
                 repeat.advanced = fde.loc - loc;
             }
         }
@@ -260,24 +358,45 @@ pub(super) fn debug_frame(arch: Arch, functions: &[Function]) -> Result<Vec<u8>>
         fde.end = f.end();
     }
     if let Some(fde) = open {
-        fde.finish(&mut out)?;
+        fde.finish(out)?;
     }
-    Ok(out)
+    Ok(())
 }
 
-/// The instructions written for the last function's rows, written again as they are for
-/// the next function that enters with the same rules, at the same distance from the
-/// location reached, with the same rows: neighbours compiled alike cost a copy.
-#[derive(Default)]
-struct Repeat {
+/// The instructions written for a function's rows, written again as they are for the next
+/// function that enters with the same rules, at the same distance from the location
+/// reached, with the same rows: neighbours compiled alike cost a copy. There are two: for
+/// the first functions of FDEs, and for the others, so that each FDE's first two functions
+/// repeat those of the FDE before.
+struct Repeat<'p> {
     /// The rules entered with, the distance from the location reached to the function's
     /// start, and whether the function was not its FDE's first.
     key: Option<(UnwindRow, u64, bool)>,
-    rows: Vec<UnwindRow>,
-    bytes: Vec<u8>,
+    rows: &'p mut Vec<UnwindRow>,
+    /// Are `rows` those of the function before the current one? (Then a function with the
+    /// same rows as that one has them: no comparison.)
+    rows_are_previous: bool,
+    bytes: &'p mut Vec<u8>,
+    /// The start of `bytes`: all of them if they are [`SHORT`] or fewer, the usual case.
+    short: [u8; SHORT],
     /// How far the instructions moved the location.
     advanced: u64,
 }
+
+impl Repeat<'_> {
+    /// Appends the instructions to `out`.
+    #[inline]
+    fn append(&self, out: &mut Vec<u8>) {
+        if self.bytes.len() <= SHORT {
+            extend_small(out, &self.short, self.bytes.len());
+        } else {
+            out.extend_from_slice(self.bytes);
+        }
+    }
+}
+
+/// See [`Repeat::short`].
+const SHORT: usize = 32;
 
 /// The FDE being written.
 struct Fde {
@@ -591,6 +710,77 @@ mod tests {
             } else {
                 assert_eq!((reg, offset), (6, 16), "f{i} body: rbp + 16");
                 assert_eq!(rule_at(&p, start + 1).1, 16, "f{i} after push rbp");
+            }
+        }
+    }
+
+    /// Neighbours with frames of a few kinds, mixed at random (so that FDEs start with
+    /// functions alike or not, and repeated instructions are and are not reused): at every
+    /// instruction, the rules are those of the function's rows.
+    #[test]
+    fn mixed_neighbours_unwind_by_their_own_rows() {
+        let explicit = [
+            UnwindRow::X86_64_ENTRY,
+            UnwindRow {
+                offset: 4,
+                cfa_base: CfaBase::Sp,
+                cfa_offset: 32,
+                fp_offset: -16,
+            },
+        ];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..20 {
+            let mut o = JitObject::new();
+            let mut at = 0x10_0000;
+            // Runs of functions of one kind, of several sizes.
+            let (mut kind, mut run) = (0, 0);
+            for i in 0..100 {
+                if run == 0 {
+                    (kind, run) = (next(6), 1 + next(40));
+                }
+                run -= 1;
+                // Size 11: the epilogue ends the function, which then shares an FDE with
+                // larger ones that go on after it.
+                let size = [11, 11, 24, 40][next(4) as usize];
+                let f = o.add_function(&format!("f{i}"), at, size).unwrap();
+                match kind {
+                    0 => {}
+                    1 => o.set_unwind(f, &explicit).unwrap(),
+                    2 => o.set_frame_pointer(f, 1, 1).unwrap(),
+                    3 | 4 => {
+                        o.set_frame_pointer(f, 1, 4).unwrap();
+                        o.add_epilogue(f, 10, 11).unwrap();
+                    }
+                    _ => o.set_frame_pointer(f, 1, 4).unwrap(),
+                }
+                at += size + [0, 0, 0, 5][next(4) as usize];
+            }
+            let p = Parsed::encode(&o);
+            for f in o.functions() {
+                let rows = f.frame().rows(o.arch(), f.size().into());
+                for offset in 0..f.size() {
+                    let r = rows.iter().rev().find(|r| r.offset <= offset).unwrap();
+                    let want = (
+                        match r.cfa_base {
+                            CfaBase::Sp => 7,
+                            CfaBase::Fp => 6,
+                        },
+                        i64::from(r.cfa_offset),
+                        Some(match r.fp_offset {
+                            0 => RegisterRule::SameValue,
+                            o => RegisterRule::Offset(o.into()),
+                        }),
+                        Some(RegisterRule::Offset(-8)),
+                    );
+                    let addr = f.start() + u64::from(offset);
+                    assert_eq!(rule_at(&p, addr), want, "{} at {offset}", f.name());
+                }
             }
         }
     }

@@ -29,10 +29,12 @@ use gimli::constants::{DwAt, DwForm, DwTag};
 
 use std::collections::HashMap;
 
-use super::bytes::{offset32, patch_length, Put};
+use super::bytes::{extend_small, offset32, patch_length, Put};
 use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::model::{Arch, BaseType, CallTarget, CfaBase, Function, Location, VariableKind};
+use crate::model::{
+    Arch, BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind,
+};
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
 const FRAME_POINTER: u8 = 6;
@@ -44,21 +46,54 @@ const LINE_RANGE: u64 = 14;
 const OPCODE_BASE: u8 = 13;
 /// Operand counts of the standard opcodes 1 to 12.
 const STANDARD_OPCODE_LENGTHS: [u8; 12] = [0, 1, 1, 1, 1, 0, 0, 0, 1, 0, 0, 1];
+/// The start of a line program header: length and header length (both patched), version
+/// 4, minimum instruction length 1, 1 operation per instruction, default `is_stmt`, the
+/// parameters, and no include directories.
+const LINE_HEADER: [u8; 29] = {
+    let mut h = [0; 29];
+    h[4] = 4;
+    h[10] = 1;
+    h[11] = 1;
+    h[12] = 1;
+    h[13] = LINE_BASE as i8 as u8;
+    h[14] = LINE_RANGE as u8;
+    h[15] = OPCODE_BASE;
+    let mut i = 0;
+    while i < STANDARD_OPCODE_LENGTHS.len() {
+        h[16 + i] = STANDARD_OPCODE_LENGTHS[i];
+        i += 1;
+    }
+    // h[28] = 0: no include directories.
+    h
+};
 /// Address advance of `DW_LNS_const_add_pc`: that of special opcode 255.
 const CONST_ADD_PC: u64 = (255 - OPCODE_BASE as u64) / LINE_RANGE;
 
-/// The encoded sections.
+/// The encoded sections (but `.debug_str`: the string table the writer writes from the
+/// layout), and storage kept between payloads.
 #[derive(Debug, Default)]
-pub(super) struct DebugSections {
+pub(super) struct Parts {
     pub info: Vec<u8>,
     pub abbrev: Vec<u8>,
     pub line: Vec<u8>,
     pub ranges: Vec<u8>,
-    /// `.debug_str`: the function names. Its first byte is NUL, so it doubles as the symbol
-    /// string table.
-    pub str: Vec<u8>,
-    /// Offset in `str` of each function's name, in layout order.
-    pub name_offsets: Vec<u32>,
+    /// The abbreviations `abbrev` declares: objects alike use the same ones.
+    abbrev_of: Option<[bool; ABBREV_COUNT]>,
+    /// See [`CallRefs`].
+    die_offsets: Vec<u32>,
+    fixups: Vec<(usize, u32)>,
+}
+
+impl Parts {
+    /// Bytes of storage held.
+    pub fn bytes(&self) -> usize {
+        self.info.capacity()
+            + self.abbrev.capacity()
+            + self.line.capacity()
+            + self.ranges.capacity()
+            + self.die_offsets.capacity() * 4
+            + self.fixups.capacity() * std::mem::size_of::<(usize, u32)>()
+    }
 }
 
 /// The abbreviations, by code (index + 1). Only those used are written.
@@ -92,6 +127,8 @@ enum Abbrev {
 }
 
 const ABBREV_COUNT: usize = Abbrev::Declaration as usize;
+// Every code is one byte of ULEB128 (see `subprogram`).
+const _: () = assert!(ABBREV_COUNT < 0x80);
 
 impl Abbrev {
     const ALL: [Abbrev; ABBREV_COUNT] = [
@@ -204,20 +241,20 @@ impl Abbrev {
 }
 
 /// `.debug_info` being written, with the abbreviations it used.
-struct Info {
-    out: Vec<u8>,
+struct Info<'o> {
+    out: &'o mut Vec<u8>,
     used: [bool; ABBREV_COUNT],
 }
 
-impl Info {
+impl Info<'_> {
     /// Starts an entry: its abbreviation code.
     fn entry(&mut self, a: Abbrev) {
         self.used[a as usize - 1] = true;
         self.out.uleb(a as u64);
     }
 
-    fn abbrev_section(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(128);
+    fn abbrev_section(&self, out: &mut Vec<u8>) {
+        out.clear();
         for a in Abbrev::ALL {
             if !self.used[a as usize - 1] {
                 continue;
@@ -237,64 +274,62 @@ impl Info {
             out.u16(0);
         }
         out.u8(0);
-        out
     }
 }
 
-/// Builds the DWARF sections for `layout`.
-pub(super) fn build(layout: &Layout<'_>) -> Result<DebugSections> {
+/// Builds the DWARF sections for `layout` into `parts`.
+pub(super) fn build(layout: &Layout<'_>, parts: &mut Parts) -> Result<()> {
     let n = layout.functions.len();
-    // Function names, in layout order, each once (a repeated name is stored again: rare,
-    // and cheaper than looking every name up).
-    let names: usize = layout.functions.iter().map(|f| f.name().len() + 1).sum();
-    let mut str = Vec::with_capacity(1 + names);
-    str.u8(0);
-    let mut name_offsets = Vec::with_capacity(n);
-    for f in &layout.functions {
-        name_offsets.push(offset32(str.len(), "the function names")?);
-        str.cstr(f.name());
-    }
-
+    let Parts {
+        info,
+        abbrev,
+        line,
+        ranges,
+        abbrev_of,
+        die_offsets,
+        fixups,
+    } = parts;
+    info.clear();
+    line.clear();
+    ranges.clear();
+    // Benchmark shape: 14 bytes per subprogram.
+    info.reserve(64 * layout.units.len() + 16 * n);
     let mut info = Info {
-        // Benchmark shape: 14 bytes per subprogram.
-        out: Vec::with_capacity(64 * layout.units.len() + 16 * n),
+        out: info,
         used: [false; ABBREV_COUNT],
     };
-    let mut line = Vec::new();
-    let mut ranges = Vec::new();
     // Only objects with call sites pay for the references between subprograms.
-    let mut calls = layout.has_calls.then(|| CallRefs {
-        die_offsets: vec![0; n],
-        fixups: Vec::new(),
+    let mut calls = layout.has_calls.then(|| {
+        die_offsets.clear();
+        die_offsets.resize(n, 0);
+        fixups.clear();
+        CallRefs {
+            die_offsets,
+            fixups,
+        }
     });
     for unit in &layout.units {
         let stmt_list = match unit.file {
-            Some(file) => Some(line_program(&mut line, file, layout, &unit.functions)?),
+            Some(file) => Some(line_program(
+                line,
+                file,
+                layout,
+                layout.unit_functions(unit),
+            )?),
             None => None,
         };
-        compile_unit(
-            &mut info,
-            &mut ranges,
-            layout,
-            unit,
-            stmt_list,
-            &name_offsets,
-            calls.as_mut(),
-        )?;
+        compile_unit(&mut info, ranges, layout, unit, stmt_list, calls.as_mut())?;
     }
     if let Some(calls) = calls {
-        for (at, callee) in calls.fixups {
-            info.out.patch_u32(at, calls.die_offsets[callee]);
+        for &(at, callee) in calls.fixups.iter() {
+            info.out.patch_u32(at, calls.die_offsets[callee as usize]);
         }
     }
-    Ok(DebugSections {
-        abbrev: info.abbrev_section(),
-        info: info.out,
-        line,
-        ranges,
-        str,
-        name_offsets,
-    })
+    if *abbrev_of != Some(info.used) {
+        info.abbrev_section(abbrev);
+        *abbrev_of = Some(info.used);
+    }
+    Ok(())
 }
 
 /// Writes one compile unit to `.debug_info` (and its ranges, if it has several).
@@ -304,19 +339,28 @@ fn compile_unit(
     layout: &Layout<'_>,
     unit: &Unit<'_>,
     stmt_list: Option<u32>,
-    name_offsets: &[u32],
     calls: Option<&mut CallRefs>,
 ) -> Result<()> {
     let start = info.out.len();
-    info.out.u32(0);
-    info.out.u16(4);
-    // All units share the abbreviations at offset 0.
-    info.out.u32(0);
-    info.out.u8(8);
+    // Length (patched), version 4, abbreviations at offset 0 (all units share them),
+    // address size 8.
+    info.out
+        .extend_from_slice(&[0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8]);
 
-    let code_ranges = adjacent_ranges(&layout.functions, &unit.functions);
+    let members = layout.unit_functions(unit);
+    // The unit's ranges, written to `.debug_ranges` and taken back if there is only one.
+    let ranges_at = ranges.len();
+    let (mut count, mut only) = (0, (0, 0));
+    adjacent_ranges(layout, members, |lo, hi| {
+        ranges.u64(lo);
+        ranges.u64(hi);
+        count += 1;
+        only = (lo, hi);
+    });
     let lines = stmt_list.is_some();
-    if let [(lo, hi)] = code_ranges[..] {
+    if count == 1 {
+        ranges.truncate(ranges_at);
+        let (lo, hi) = only;
         info.entry(if lines {
             Abbrev::UnitRangeLines
         } else {
@@ -336,11 +380,7 @@ fn compile_unit(
         info.out.u8(dw::DW_LANG_C99.0 as u8);
         // Base address 0: the range list holds absolute addresses.
         info.out.u64(0);
-        info.out.u32(offset32(ranges.len(), ".debug_ranges")?);
-        for (lo, hi) in code_ranges {
-            ranges.u64(lo);
-            ranges.u64(hi);
-        }
+        info.out.u32(offset32(ranges_at, ".debug_ranges")?);
         ranges.u64(0);
         ranges.u64(0);
     }
@@ -348,40 +388,40 @@ fn compile_unit(
         info.out.u32(offset);
     }
 
-    let types = base_types(info, layout, unit, start)?;
+    let types = base_types(info, layout, members, start)?;
     match calls {
         None => {
-            for &i in &unit.functions {
-                if subprogram(info, &layout.functions[i], name_offsets[i], &types)? {
+            for &i in members {
+                let name = layout.name_offsets[i as usize];
+                if subprogram(info, &layout.function(i), name, &types)? {
                     info.out.u8(0);
                 }
             }
         }
-        Some(calls) => subprograms_with_calls(info, layout, unit, name_offsets, &types, calls)?,
+        Some(calls) => subprograms_with_calls(info, layout, members, &types, calls)?,
     }
     info.out.u8(0);
-    patch_length(&mut info.out, start, ".debug_info")
+    patch_length(info.out, start, ".debug_info")
 }
 
 /// The subprograms of `unit` with their call sites, then the declarations of the functions
 /// outside the object that the call sites name. Kept out of line: inlined, it changed how
 /// the compiler inlined the rest of [`build`], which cost objects without call sites.
 #[inline(never)]
-fn subprograms_with_calls(
+fn subprograms_with_calls<'a>(
     info: &mut Info,
-    layout: &Layout<'_>,
-    unit: &Unit<'_>,
-    name_offsets: &[u32],
+    layout: &Layout<'a>,
+    members: &[u32],
     types: &TypeOffsets,
     calls: &mut CallRefs,
 ) -> Result<()> {
     // Name -> positions of the references to its declaration.
-    let mut declarations: Vec<(&str, Vec<usize>)> = Vec::new();
-    let mut declared: HashMap<&str, usize> = HashMap::new();
-    for &i in &unit.functions {
-        let f = layout.functions[i];
-        calls.die_offsets[i] = offset32(info.out.len(), ".debug_info")?;
-        if !subprogram(info, &f, name_offsets[i], types)? {
+    let mut declarations: Vec<(&'a str, Vec<usize>)> = Vec::new();
+    let mut declared: HashMap<&'a str, usize> = HashMap::new();
+    for &i in members {
+        let f = layout.function(i);
+        calls.die_offsets[i as usize] = offset32(info.out.len(), ".debug_info")?;
+        if !subprogram(info, &f, layout.name_offsets[i as usize], types)? {
             continue;
         }
         let mut outside = |name, at| {
@@ -407,22 +447,23 @@ fn subprograms_with_calls(
 
 /// References from call sites to the subprograms they call, filled in once every
 /// subprogram has been written.
-struct CallRefs {
+struct CallRefs<'p> {
     /// `.debug_info` offset of each function's subprogram, in layout order.
-    die_offsets: Vec<u32>,
+    die_offsets: &'p mut Vec<u32>,
     /// (position of a `DW_FORM_ref_addr` value, layout index of the function it refers to).
-    fixups: Vec<(usize, usize)>,
+    fixups: &'p mut Vec<(usize, u32)>,
 }
 
 /// The layout index of the function starting at `address`, if one does. A target inside a
 /// function but not at its start (a call to a secondary entry) is described like one outside
 /// the object, by address or name: it is no error, since the registry may merge objects
 /// into one payload after each was accepted on its own.
-fn callee(layout: &Layout<'_>, address: u64) -> Option<usize> {
+fn callee(layout: &Layout<'_>, address: u64) -> Option<u32> {
     let functions = &layout.functions;
-    let i = functions.partition_point(|f| f.start() <= address);
+    let i = functions.partition_point(|p| p.f.start() <= address);
     i.checked_sub(1)
-        .filter(|&i| functions[i].start() == address)
+        .filter(|&i| functions[i].f.start() == address)
+        .map(|i| i as u32)
 }
 
 /// Writes the call sites of `f`; `outside(name, position)` records a reference to the
@@ -480,15 +521,18 @@ type TypeOffsets = [u32; BaseType::Pointer as usize + 1];
 fn base_types(
     info: &mut Info,
     layout: &Layout<'_>,
-    unit: &Unit<'_>,
+    members: &[u32],
     unit_start: usize,
 ) -> Result<TypeOffsets> {
     let mut offsets: TypeOffsets = [0; BaseType::Pointer as usize + 1];
     let mut used = [false; BaseType::Pointer as usize + 1];
-    for &i in &unit.functions {
-        for v in layout.functions[i].variables() {
+    for &i in members {
+        for v in layout.function(i).variables() {
             used[v.ty as usize] = true;
         }
+    }
+    if !used.contains(&true) {
+        return Ok(offsets);
     }
     let here = |info: &Info| offset32(info.out.len() - unit_start, ".debug_info");
     let base = |info: &mut Info, name: &str, encoding: dw::DwAte, size: u8| -> Result<u32> {
@@ -529,13 +573,16 @@ fn base_types(
 #[inline(always)]
 fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> Result<bool> {
     let children = !f.variables().is_empty() || !f.blocks().is_empty() || !f.calls().is_empty();
-    info.entry(if !children {
+    let abbrev = if !children {
         Abbrev::Subprogram
     } else if f.calls().iter().any(|c| c.tail_call) {
         Abbrev::SubprogramTailCalls
     } else {
         Abbrev::SubprogramWithChildren
-    });
+    };
+    info.used[abbrev as usize - 1] = true;
+    // Code (below 128: one byte of ULEB128), name, address, size.
+    info.out.u8(abbrev as u8);
     info.out.u32(name);
     info.out.u64(f.start());
     info.out.uleb(f.size().into());
@@ -557,7 +604,6 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
         .variables()
         .iter()
         .filter(|v| v.kind == VariableKind::Local);
-    let mut location = Vec::with_capacity(8);
     let frame_pointer_from_cfa = frame_pointer_from_cfa(f);
     for v in params.chain(locals) {
         info.entry(match v.kind {
@@ -566,31 +612,32 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
         });
         info.out.cstr(&v.name);
         info.out.u32(types[v.ty as usize]);
-        location.clear();
+        // An expression of at most 9 bytes, after its length (one byte of ULEB128).
+        let at = info.out.len();
+        info.out.u8(0);
         match v.location {
-            Location::Register(r) if r < 32 => location.u8(dw::DW_OP_reg0.0 + r as u8),
+            Location::Register(r) if r < 32 => info.out.u8(dw::DW_OP_reg0.0 + r as u8),
             Location::Register(r) => {
-                location.u8(dw::DW_OP_regx.0);
-                location.uleb(r.into());
+                info.out.u8(dw::DW_OP_regx.0);
+                info.out.uleb(r.into());
             }
             Location::FrameOffset(o) => match frame_pointer_from_cfa {
                 // Relative to the CFA, which the CFI gives at every instruction: `rbp` is the
                 // caller's in the prologue and after the epilogue's `pop rbp`, and a location
                 // based on it would read another frame's memory there.
                 Some(k) => {
-                    location.u8(dw::DW_OP_call_frame_cfa.0);
-                    location.u8(dw::DW_OP_consts.0);
-                    location.sleb(i64::from(o) - k);
-                    location.u8(dw::DW_OP_plus.0);
+                    info.out.u8(dw::DW_OP_call_frame_cfa.0);
+                    info.out.u8(dw::DW_OP_consts.0);
+                    info.out.sleb(i64::from(o) - k);
+                    info.out.u8(dw::DW_OP_plus.0);
                 }
                 None => {
-                    location.u8(dw::DW_OP_breg0.0 + FRAME_POINTER);
-                    location.sleb(o.into());
+                    info.out.u8(dw::DW_OP_breg0.0 + FRAME_POINTER);
+                    info.out.sleb(o.into());
                 }
             },
         }
-        info.out.uleb(location.len() as u64);
-        info.out.extend_from_slice(&location);
+        info.out[at] = (info.out.len() - at - 1) as u8;
     }
     blocks(info, f);
 }
@@ -672,27 +719,17 @@ fn line_program(
     out: &mut Vec<u8>,
     file: &str,
     layout: &Layout<'_>,
-    functions: &[usize],
+    functions: &[u32],
 ) -> Result<u32> {
     let start = out.len();
     let offset = offset32(start, ".debug_line")?;
     out.reserve(64 + file.len() + functions.len() * 12);
-    out.u32(0);
-    out.u16(4);
-    let header_length_at = out.len();
-    out.u32(0);
-    // Minimum instruction length, maximum operations per instruction, default is_stmt.
-    out.extend_from_slice(&[1, 1, 1]);
-    out.u8(LINE_BASE as i8 as u8);
-    out.u8(LINE_RANGE as u8);
-    out.u8(OPCODE_BASE);
-    out.extend_from_slice(&STANDARD_OPCODE_LENGTHS);
-    // No include directories. One file, as given (DWARF 4 has no working directory in the
-    // line program), in directory 0, without time or size.
-    out.u8(0);
+    out.extend_from_slice(&LINE_HEADER);
+    // One file, as given (DWARF 4 has no working directory in the line program), in
+    // directory 0, without time or size.
     out.cstr(file);
-    out.extend_from_slice(&[0, 0, 0]);
-    out.u8(0);
+    out.extend_from_slice(&[0, 0, 0, 0]);
+    let header_length_at = start + 6;
     let header_length = offset32(out.len() - header_length_at - 4, ".debug_line")?;
     out.patch_u32(header_length_at, header_length);
 
@@ -703,23 +740,21 @@ fn line_program(
     };
     // End of the last function of the open sequence.
     let mut open: Option<u64> = None;
-    let mut prev: Option<usize> = None;
+    let mut prev: Option<u32> = None;
     for &i in functions {
-        let f = layout.functions[i];
+        let f = layout.function(i);
         let Some(first) = f.lines().first() else {
             prev = None;
             continue;
         };
-        let continues = first.offset == 0 && neighbours(&layout.functions, prev, i);
+        let continues = first.offset == 0 && neighbours(layout, prev, i);
         if !continues {
             if let Some(end) = open {
                 lines.end_sequence(end);
             }
             lines.set_address(f.start());
         }
-        for r in f.lines() {
-            lines.row(f.start() + u64::from(r.offset), r.line.into());
-        }
+        lines.rows(f.start(), f.lines());
         open = Some(f.end());
         prev = Some(i);
     }
@@ -737,6 +772,44 @@ struct Lines<'a> {
     line: u64,
 }
 
+/// Appends a row to `out`, in the state machine's `(address, line)`; `address` is never
+/// below the current one (rows are sorted, functions in address order).
+#[inline(always)]
+fn row(out: &mut impl Put, (current, current_line): (&mut u64, &mut u64), address: u64, line: u64) {
+    let mut step = address - *current;
+    let mut line_step = line.wrapping_sub(*current_line) as i64;
+    *current = address;
+    *current_line = line;
+    // The usual row: one special opcode (what the general case below writes then).
+    let l = line_step.wrapping_sub(LINE_BASE) as u64;
+    if l < LINE_RANGE && step <= 255 {
+        let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
+        if op <= 255 {
+            out.u8(op as u8);
+            return;
+        }
+    }
+    if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
+        out.u8(dw::DW_LNS_advance_line.0);
+        out.sleb(line_step);
+        line_step = 0;
+    }
+    let l = (line_step - LINE_BASE) as u64;
+    // The largest address step a special opcode can take with this line step.
+    let max_step = (255 - u64::from(OPCODE_BASE) - l) / LINE_RANGE;
+    if step > max_step {
+        if step >= CONST_ADD_PC && step - CONST_ADD_PC <= max_step {
+            out.u8(dw::DW_LNS_const_add_pc.0);
+            step -= CONST_ADD_PC;
+        } else {
+            out.u8(dw::DW_LNS_advance_pc.0);
+            out.uleb(step);
+            step = 0;
+        }
+    }
+    out.u8((l + LINE_RANGE * step + u64::from(OPCODE_BASE)) as u8);
+}
+
 impl Lines<'_> {
     fn set_address(&mut self, address: u64) {
         self.out.u8(0);
@@ -746,43 +819,48 @@ impl Lines<'_> {
         self.address = address;
     }
 
-    /// Appends a row (`address` is never below the current one: rows are sorted).
-    fn row(&mut self, address: u64, line: u64) {
-        let mut step = address - self.address;
-        let mut line_step = line.wrapping_sub(self.line) as i64;
-        // The usual row: one special opcode (what the general case below writes then).
-        let l = line_step.wrapping_sub(LINE_BASE) as u64;
-        if l < LINE_RANGE && step <= 255 {
-            let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
-            if op <= 255 {
-                self.out.u8(op as u8);
-                self.address = address;
-                self.line = line;
-                return;
+    /// Appends the rows of the function at `start`. The usual row is one special opcode:
+    /// runs of those are gathered in a register and appended 8 bytes at a time, in a loop
+    /// that keeps everything in registers; other rows are written one by one.
+    fn rows(&mut self, start: u64, rows: &[LineRow]) {
+        let (mut address, mut line) = (self.address, self.line);
+        let mut rest = rows;
+        while !rest.is_empty() {
+            // Up to 8 special opcodes, from the low byte up.
+            let (mut ops, mut n) = (0u64, 0);
+            for r in rest.iter().take(8) {
+                let next = start + u64::from(r.offset);
+                let step = next - address;
+                // The line step, less `LINE_BASE`.
+                let l = u64::from(r.line)
+                    .wrapping_sub(line)
+                    .wrapping_sub(LINE_BASE as u64);
+                let code = l
+                    .wrapping_add(LINE_RANGE.wrapping_mul(step))
+                    .wrapping_add(u64::from(OPCODE_BASE));
+                // What `row` writes as one special opcode.
+                if !((l < LINE_RANGE) & (step <= 255) & (code <= 255)) {
+                    break;
+                }
+                ops |= code << (8 * n);
+                n += 1;
+                (address, line) = (next, r.line.into());
+            }
+            extend_small(self.out, &ops.to_le_bytes(), n);
+            rest = &rest[n..];
+            if n < 8 {
+                if let Some((r, after)) = rest.split_first() {
+                    row(
+                        self.out,
+                        (&mut address, &mut line),
+                        start + u64::from(r.offset),
+                        r.line.into(),
+                    );
+                    rest = after;
+                }
             }
         }
-        if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
-            self.out.u8(dw::DW_LNS_advance_line.0);
-            self.out.sleb(line_step);
-            line_step = 0;
-        }
-        let l = (line_step - LINE_BASE) as u64;
-        // The largest address step a special opcode can take with this line step.
-        let max_step = (255 - u64::from(OPCODE_BASE) - l) / LINE_RANGE;
-        if step > max_step {
-            if step >= CONST_ADD_PC && step - CONST_ADD_PC <= max_step {
-                self.out.u8(dw::DW_LNS_const_add_pc.0);
-                step -= CONST_ADD_PC;
-            } else {
-                self.out.u8(dw::DW_LNS_advance_pc.0);
-                self.out.uleb(step);
-                step = 0;
-            }
-        }
-        self.out
-            .u8((l + LINE_RANGE * step + u64::from(OPCODE_BASE)) as u8);
-        self.address = address;
-        self.line = line;
+        (self.address, self.line) = (address, line);
     }
 
     fn end_sequence(&mut self, end: u64) {
@@ -879,10 +957,11 @@ mod tests {
     }
 
     /// Every kind of step: special opcodes, `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`,
-    /// `DW_LNS_advance_line` both ways, and a large function.
+    /// `DW_LNS_advance_line` both ways (short jumps after 0 to 7 special opcodes, with and
+    /// without `DW_LNS_const_add_pc`), and a large function.
     #[test]
     fn line_steps_of_every_size() {
-        let steps: [(u32, u32); 12] = [
+        let steps: [(u32, u32); 27] = [
             (0, 1),
             (1, 1),
             (2, 9),
@@ -890,9 +969,24 @@ mod tests {
             (37, 3),
             (38, 100_000),
             (300, 99_990),
+            (322, 99_983),
+            (323, 99_984),
+            (324, 99_985),
+            (325, 99_986),
+            (326, 99_987),
+            (327, 99_988),
+            (350, 99_940),
+            (351, 99_941),
+            (352, 99_942),
+            (353, 99_943),
+            (354, 99_944),
+            (355, 99_945),
+            (356, 99_946),
+            (360, 100_009),
             (70_000, 1),
             (70_017, 5),
             (70_034, 4_000_000_000),
+            (70_040, 3_999_999_950),
             (1 << 20, 1),
             ((1 << 20) + 17, 2),
         ];

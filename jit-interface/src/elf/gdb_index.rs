@@ -51,11 +51,11 @@ pub(super) fn build(layout: &Layout<'_>, info: &[u8]) -> Result<Vec<u8>> {
     }
     let mut addresses = Vec::new();
     for (u, unit) in layout.units.iter().enumerate() {
-        for (lo, hi) in adjacent_ranges(&layout.functions, &unit.functions) {
+        adjacent_ranges(layout, layout.unit_functions(unit), |lo, hi| {
             addresses.u64(lo);
             addresses.u64(hi);
             addresses.u32(u as u32);
-        }
+        });
     }
     // One slot per function name (a name defined in several units gets one vector listing
     // them all; names repeat rarely, so they are found by a linear scan of the slot chain).
@@ -69,8 +69,8 @@ pub(super) fn build(layout: &Layout<'_>, info: &[u8]) -> Result<Vec<u8>> {
     let mut vectors: Vec<Vec<u32>> = Vec::with_capacity(n);
     let mut names: Vec<&str> = Vec::with_capacity(n);
     for (u, unit) in layout.units.iter().enumerate() {
-        for &i in &unit.functions {
-            let name = layout.functions[i].name();
+        for &i in layout.unit_functions(unit) {
+            let name = layout.function(i).name();
             let h = hash(name) as usize;
             let step = ((h.wrapping_mul(17)) & mask) | 1;
             let mut s = h & mask;

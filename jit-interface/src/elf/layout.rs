@@ -1,6 +1,13 @@
 //! Where things go: functions in address order, grouped into runs of adjacent code (one
-//! NOBITS `.text` section each), and into compile units by source file.
+//! NOBITS `.text` section each), and into compile units by source file. Planning also
+//! makes the checks of [`JitObject::validate`] on the objects as one payload, in the same
+//! pass.
 
+use std::collections::HashMap;
+use std::ops::Range;
+
+use super::scratch::recycle;
+use crate::error::{Error, Result};
 use crate::model::{Function, JitObject};
 
 /// Largest gap between two functions of one object that one `.text` section may span.
@@ -23,108 +30,298 @@ pub(super) struct Run {
 pub(super) struct Unit<'a> {
     /// The source file; `None` for functions without line rows.
     pub file: Option<&'a str>,
-    /// Indices into [`Layout::functions`].
-    pub functions: Vec<usize>,
+    /// Where its functions are in [`Layout::members`].
+    members: Range<usize>,
 }
 
-/// A file without a unit yet.
-const NO_UNIT: usize = usize::MAX;
+/// A function in the plan.
+#[derive(Clone, Copy)]
+pub(super) struct Placed<'a> {
+    pub f: Function<'a>,
+    /// Position among the functions as given (objects in order, the functions of each in
+    /// the order they were added): functions at the same address are taken in this order,
+    /// as `JitObject::validate` takes them.
+    seq: u32,
+    /// Before sorting, the function's file (an index into the distinct file names, or
+    /// [`NONE`]); then its unit.
+    unit: u32,
+}
 
-/// The plan of one object.
-#[derive(Debug)]
+/// No file, or no unit yet.
+const NONE: u32 = u32::MAX;
+
+/// Distinct file names of several objects found by scanning; beyond, a hash map finds them.
+const SCAN_FILES: usize = 16;
+
+/// The plan of one payload.
 pub(super) struct Layout<'a> {
-    /// The object's functions in address order.
-    pub functions: Vec<Function<'a>>,
-    /// The `.text` run of each entry of `functions`.
-    pub run_of: Vec<usize>,
+    /// The functions in address order.
+    pub functions: Vec<Placed<'a>>,
     pub runs: Vec<Run>,
     /// Compile units in order of their lowest address.
     pub units: Vec<Unit<'a>>,
+    /// The functions of each unit, unit after unit (see [`Layout::unit_functions`]).
+    members: Vec<u32>,
+    /// Offset of each function's name in the string table (`.strtab` and `.debug_str`: a
+    /// NUL, then the names in address order, each NUL-terminated).
+    pub name_offsets: Vec<u32>,
+    /// Size of that string table.
+    pub strings_len: usize,
     /// Does any function have call sites?
     pub has_calls: bool,
+    /// Storage used while planning only.
+    spare: (Vec<&'static str>, Vec<u32>, Vec<u32>),
+}
+
+/// The storage of a [`Layout`], kept between payloads (see `scratch.rs`).
+#[derive(Default)]
+pub(super) struct Parts {
+    functions: Vec<Placed<'static>>,
+    runs: Vec<Run>,
+    units: Vec<Unit<'static>>,
+    members: Vec<u32>,
+    name_offsets: Vec<u32>,
+    /// The distinct file names, each object's file indices among them, each file's unit.
+    files: Vec<&'static str>,
+    file_ids: Vec<u32>,
+    unit_of: Vec<u32>,
+}
+
+impl Parts {
+    /// Bytes of storage held.
+    pub fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.functions.capacity() * size_of::<Placed>()
+            + self.runs.capacity() * size_of::<Run>()
+            + self.units.capacity() * size_of::<Unit>()
+            + self.files.capacity() * size_of::<&str>()
+            + (self.members.capacity()
+                + self.name_offsets.capacity()
+                + self.file_ids.capacity()
+                + self.unit_of.capacity())
+                * size_of::<u32>()
+    }
 }
 
 impl<'a> Layout<'a> {
-    /// Plans `object`, which must have passed [`JitObject::validate`] (non-empty, no overlap).
-    pub fn new(object: &'a JitObject) -> Layout<'a> {
-        let mut functions: Vec<Function> = object.functions().iter().collect();
+    /// Plans the functions of `objects` as one payload, in the storage of `parts`. Refuses
+    /// what [`JitObject::validate`] refuses on the objects merged into one, with the same
+    /// error: no function, more names or rows than one object holds, overlapping functions.
+    pub fn new(objects: &[&'a JitObject], parts: Parts) -> Result<Layout<'a>> {
+        let Parts {
+            functions,
+            mut runs,
+            units,
+            mut members,
+            mut name_offsets,
+            files,
+            mut file_ids,
+            mut unit_of,
+        } = parts;
+        // Emptied while retyped.
+        let mut functions: Vec<Placed<'a>> = recycle(functions);
+        let mut units: Vec<Unit<'a>> = recycle(units);
+        let mut files: Vec<&'a str> = recycle(files);
+        runs.clear();
+        members.clear();
+        name_offsets.clear();
+
+        let count: usize = objects.iter().map(|o| o.functions().len()).sum();
+        if count == 0 {
+            return Err(Error::EmptyObject);
+        }
+        JitObject::check_stored_together(objects)?;
+
+        // The functions as given, each with its file among the distinct file names (one
+        // object's files are distinct already).
+        functions.reserve(count);
+        let mut index: Option<HashMap<&'a str, u32>> = None;
+        let mut sorted = true;
+        let mut last_start = 0;
+        for o in objects {
+            file_ids.clear();
+            file_ids.resize(o.file_count(), NONE);
+            for f in o.functions() {
+                let file = match f.file_index() {
+                    None => NONE,
+                    Some(k) if file_ids[k] != NONE => file_ids[k],
+                    Some(k) => {
+                        let name = f.file().unwrap_or_default();
+                        let known = if objects.len() == 1 {
+                            None
+                        } else if let Some(index) = &index {
+                            index.get(name).copied()
+                        } else {
+                            (0..).zip(&files).find(|&(_, &n)| n == name).map(|(i, _)| i)
+                        };
+                        let id = known.unwrap_or_else(|| {
+                            let id = files.len() as u32;
+                            files.push(name);
+                            match &mut index {
+                                Some(index) => {
+                                    index.insert(name, id);
+                                }
+                                None if objects.len() > 1 && files.len() > SCAN_FILES => {
+                                    index = Some(files.iter().copied().zip(0..).collect());
+                                }
+                                None => {}
+                            }
+                            id
+                        });
+                        file_ids[k] = id;
+                        id
+                    }
+                };
+                sorted &= f.start() >= last_start;
+                last_start = f.start();
+                functions.push(Placed {
+                    f,
+                    seq: functions.len() as u32,
+                    unit: file,
+                });
+            }
+        }
         // Runtimes usually add functions in address order.
-        if !functions.windows(2).all(|w| w[0].start() <= w[1].start()) {
-            functions.sort_by_key(|f| f.start());
+        if !sorted {
+            functions.sort_unstable_by_key(|p| (p.f.start(), p.seq));
         }
 
-        let mut runs: Vec<Run> = Vec::new();
-        let mut run_of = Vec::with_capacity(functions.len());
+        // Overlaps, runs, units and name offsets: one pass in address order.
+        unit_of.clear();
+        unit_of.resize(files.len() + 1, NONE);
         let mut has_calls = false;
-        for f in &functions {
-            has_calls |= !f.calls().is_empty();
-            match runs.last_mut() {
-                // Validation guarantees f.start() >= last.end (no overlap).
-                Some(last) if f.start() - last.end <= MAX_PADDING => last.end = f.end(),
+        let mut strings = 1;
+        let mut last_name = 0;
+        let mut prev: Option<Function> = None;
+        for p in &mut functions {
+            let f = p.f;
+            match (prev, runs.last_mut()) {
+                (Some(before), _) if f.start() < before.end() => {
+                    return Err(Error::Overlap {
+                        first: before.name().to_string(),
+                        second: f.name().to_string(),
+                    });
+                }
+                (_, Some(last)) if f.start() - last.end <= MAX_PADDING => last.end = f.end(),
                 _ => runs.push(Run {
                     start: f.start(),
                     end: f.end(),
                 }),
             }
-            run_of.push(runs.len() - 1);
-        }
-
-        // Units by file index (0: no file), in a table: one slot per file of the object.
-        let mut units: Vec<Unit> = Vec::new();
-        let slots = object.file_count() + 1;
-        let mut few = [NO_UNIT; 8];
-        let mut many = Vec::new();
-        let unit_of: &mut [usize] = if slots <= few.len() {
-            &mut few[..slots]
-        } else {
-            many.resize(slots, NO_UNIT);
-            &mut many
-        };
-        for (i, f) in functions.iter().enumerate() {
-            let slot = f.file_index().map_or(0, |k| k + 1);
-            if unit_of[slot] == NO_UNIT {
-                unit_of[slot] = units.len();
+            prev = Some(f);
+            has_calls |= !f.calls().is_empty();
+            // Slot 0: no file.
+            let slot = p.unit.wrapping_add(1) as usize;
+            if unit_of[slot] == NONE {
+                unit_of[slot] = units.len() as u32;
                 units.push(Unit {
                     file: f.file(),
-                    functions: Vec::new(),
+                    members: 0..0,
                 });
             }
-            units[unit_of[slot]].functions.push(i);
+            p.unit = unit_of[slot];
+            // Counted here, placed below.
+            units[p.unit as usize].members.end += 1;
+            last_name = strings;
+            name_offsets.push(strings as u32);
+            strings += f.name_bytes().len() + 1;
+        }
+        // Names are found by 32-bit offsets (`DW_FORM_strp`, `st_name`).
+        if u32::try_from(last_name).is_err() {
+            return Err(Error::TooLarge(
+                "the function names of one ELF object exceeds 4 GiB (32-bit DWARF)".into(),
+            ));
         }
 
-        Layout {
+        // Each unit's functions in address order: a counting sort by unit.
+        if let [unit] = &mut units[..] {
+            members.extend(0..functions.len() as u32);
+            unit.members = 0..functions.len();
+        } else {
+            let mut at = 0;
+            for u in &mut units {
+                let len = u.members.end;
+                u.members = at..at;
+                at += len;
+            }
+            members.resize(functions.len(), 0);
+            for (i, p) in functions.iter().enumerate() {
+                let m = &mut units[p.unit as usize].members;
+                members[m.end] = i as u32;
+                m.end += 1;
+            }
+        }
+
+        Ok(Layout {
             functions,
-            run_of,
             runs,
             units,
+            members,
+            name_offsets,
+            strings_len: strings,
             has_calls,
+            spare: (recycle(files), file_ids, unit_of),
+        })
+    }
+
+    /// The functions of `unit`, as indices into [`Layout::functions`] in address order.
+    pub fn unit_functions(&self, unit: &Unit) -> &[u32] {
+        &self.members[unit.members.clone()]
+    }
+
+    /// Function `i` (an index into [`Layout::functions`]).
+    #[inline]
+    pub fn function(&self, i: u32) -> Function<'a> {
+        self.functions[i as usize].f
+    }
+
+    /// Gives the storage back, for the next payload.
+    pub fn into_parts(self) -> Parts {
+        let (files, file_ids, unit_of) = self.spare;
+        Parts {
+            functions: recycle(self.functions),
+            runs: self.runs,
+            units: recycle(self.units),
+            members: self.members,
+            name_offsets: self.name_offsets,
+            files,
+            file_ids,
+            unit_of,
         }
     }
 }
 
-/// Splits the functions of a unit (indices into `functions`, in address order) into
-/// maximal groups of neighbouring functions: `[start, end)` address ranges. Two functions
-/// are neighbours if no other function of the object lies between them and the gap is at
-/// most [`MAX_PADDING`] (which then belongs to the range: it is never executed).
-pub(super) fn adjacent_ranges(functions: &[Function], unit: &[usize]) -> Vec<(u64, u64)> {
-    let mut ranges: Vec<(u64, u64)> = Vec::new();
-    let mut prev: Option<usize> = None;
+/// Splits the functions of a unit (indices into `layout.functions`, in address order) into
+/// maximal groups of neighbouring functions: `[start, end)` address ranges, each given to
+/// `range`. Two functions are neighbours if no other function of the object lies between
+/// them and the gap is at most [`MAX_PADDING`] (which then belongs to the range: it is
+/// never executed).
+pub(super) fn adjacent_ranges(layout: &Layout, unit: &[u32], mut range: impl FnMut(u64, u64)) {
+    let mut open: Option<(u64, u64)> = None;
+    let mut prev = None;
     for &i in unit {
-        let f = functions[i];
-        match ranges.last_mut() {
-            Some(last) if neighbours(functions, prev, i) => last.1 = f.end(),
-            _ => ranges.push((f.start(), f.end())),
-        }
+        let f = layout.function(i);
+        open = match open {
+            Some((lo, _)) if neighbours(layout, prev, i) => Some((lo, f.end())),
+            Some((lo, hi)) => {
+                range(lo, hi);
+                Some((f.start(), f.end()))
+            }
+            None => Some((f.start(), f.end())),
+        };
         prev = Some(i);
     }
-    ranges
+    if let Some((lo, hi)) = open {
+        range(lo, hi);
+    }
 }
 
-/// Is `functions[next]` the function right after `functions[prev]`, at most
-/// [`MAX_PADDING`] bytes after its end?
-pub(super) fn neighbours(functions: &[Function], prev: Option<usize>, next: usize) -> bool {
+/// Is function `next` the function right after function `prev`, at most [`MAX_PADDING`]
+/// bytes after its end?
+#[inline]
+pub(super) fn neighbours(layout: &Layout, prev: Option<u32>, next: u32) -> bool {
     prev.is_some_and(|p| {
-        p + 1 == next && functions[next].start() - functions[p].end() <= MAX_PADDING
+        p + 1 == next && layout.function(next).start() - layout.function(p).end() <= MAX_PADDING
     })
 }
 
@@ -133,6 +330,31 @@ mod tests {
     use super::*;
     use crate::model::{JitObject, LineRow};
 
+    fn plan<'a>(objects: &[&'a JitObject]) -> Layout<'a> {
+        Layout::new(objects, Parts::default()).unwrap()
+    }
+
+    /// The index of each function's run.
+    fn run_of(l: &Layout) -> Vec<usize> {
+        l.functions
+            .iter()
+            .map(|p| {
+                l.runs
+                    .iter()
+                    .position(|r| r.start <= p.f.start() && p.f.end() <= r.end)
+                    .unwrap()
+            })
+            .collect()
+    }
+
+    fn ranges(l: &Layout, unit: usize) -> Vec<(u64, u64)> {
+        let mut got = Vec::new();
+        adjacent_ranges(l, l.unit_functions(&l.units[unit]), |lo, hi| {
+            got.push((lo, hi))
+        });
+        got
+    }
+
     #[test]
     fn runs_split_at_gaps_larger_than_padding() {
         let mut o = JitObject::new();
@@ -140,8 +362,8 @@ mod tests {
         o.add_function("c", 0x2000, 0x10).unwrap();
         o.add_function("a", 0x1000, 0x20).unwrap();
         o.add_function("b", 0x1020 + MAX_PADDING, 0x10).unwrap();
-        let l = Layout::new(&o);
-        let names: Vec<&str> = l.functions.iter().map(|f| f.name()).collect();
+        let l = plan(&[&o]);
+        let names: Vec<&str> = l.functions.iter().map(|p| p.f.name()).collect();
         assert_eq!(names, ["a", "b", "c"]);
         assert_eq!(
             l.runs,
@@ -156,7 +378,9 @@ mod tests {
                 }
             ]
         );
-        assert_eq!(l.run_of, [0, 0, 1]);
+        assert_eq!(run_of(&l), [0, 0, 1]);
+        // The string table: a NUL, then the names in address order.
+        assert_eq!((&l.name_offsets[..], l.strings_len), (&[1, 3, 5][..], 7));
     }
 
     #[test]
@@ -170,14 +394,50 @@ mod tests {
         o.set_lines(a, "x.js", &row).unwrap();
         o.set_lines(b, "y.js", &row).unwrap();
         o.set_lines(c, "x.js", &row).unwrap();
-        let l = Layout::new(&o);
+        let l = plan(&[&o]);
         let files: Vec<Option<&str>> = l.units.iter().map(|u| u.file).collect();
         assert_eq!(files, [Some("x.js"), Some("y.js"), None]);
-        assert_eq!(l.units[0].functions, [0, 3]);
-        assert_eq!(
-            adjacent_ranges(&l.functions, &l.units[0].functions),
-            [(0x1000, 0x1010), (0x1030, 0x1040)]
-        );
+        assert_eq!(l.unit_functions(&l.units[0]), [0, 3]);
+        assert_eq!(ranges(&l, 0), [(0x1000, 0x1010), (0x1030, 0x1040)]);
         assert_eq!(l.runs.len(), 1);
+    }
+
+    /// Objects planned together: their files are shared by name, their functions in one
+    /// address order, overlaps between them refused.
+    #[test]
+    fn several_objects_share_units_by_file_name() {
+        let row = [LineRow { offset: 0, line: 1 }];
+        let mut x = JitObject::new();
+        let f = x.add_function("x1", 0x2000, 0x10).unwrap();
+        x.set_lines(f, "b.js", &row).unwrap();
+        let f = x.add_function("x2", 0x1000, 0x10).unwrap();
+        x.set_lines(f, "a.js", &row).unwrap();
+        let mut y = JitObject::new();
+        let f = y.add_function("y1", 0x1010, 0x10).unwrap();
+        y.set_lines(f, "a.js", &row).unwrap();
+        y.add_function("y2", 0x3000, 0x10).unwrap();
+        let l = plan(&[&x, &y]);
+        let names: Vec<&str> = l.functions.iter().map(|p| p.f.name()).collect();
+        assert_eq!(names, ["x2", "y1", "x1", "y2"]);
+        let files: Vec<Option<&str>> = l.units.iter().map(|u| u.file).collect();
+        assert_eq!(files, [Some("a.js"), Some("b.js"), None]);
+        assert_eq!(l.unit_functions(&l.units[0]), [0, 1]);
+        assert_eq!(ranges(&l, 0), [(0x1000, 0x1020)]);
+
+        let mut z = JitObject::new();
+        z.add_function("z", 0x1018, 0x10).unwrap();
+        let e = Layout::new(&[&x, &y, &z], Parts::default()).err();
+        assert_eq!(
+            e,
+            Some(Error::Overlap {
+                first: "y1".into(),
+                second: "z".into()
+            })
+        );
+        let empty = JitObject::new();
+        assert_eq!(
+            Layout::new(&[&empty, &empty], Parts::default()).err(),
+            Some(Error::EmptyObject)
+        );
     }
 }

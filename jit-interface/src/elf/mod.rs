@@ -17,6 +17,7 @@ mod cfi;
 mod dwarf;
 mod gdb_index;
 mod layout;
+mod scratch;
 #[cfg(test)]
 pub(crate) mod test_support;
 mod writer;
@@ -28,26 +29,55 @@ use crate::model::{Arch, JitObject};
 const INDEXED_FUNCTIONS: usize = 8;
 
 /// Encodes `object` as an ELF relocatable object whose sections sit at the code's real
-/// addresses.
+/// addresses. Refuses what [`JitObject::validate`] refuses (checked while planning, not in a
+/// pass of its own).
 pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
-    object.validate()?;
-    if object.arch() != Arch::X86_64 {
+    encode_objects(object.arch(), &[object])
+}
+
+/// Encodes the functions of `objects` as one ELF object for `arch`: the same bytes as
+/// encoding `JitObject::merged(arch, objects)`, without making that object (the registry
+/// consolidates many registrations into one debugger entry).
+pub(crate) fn encode_objects(arch: Arch, objects: &[&JitObject]) -> Result<Vec<u8>> {
+    let mut scratch = scratch::Scratch::take();
+    let out = encode_with(arch, objects, &mut scratch);
+    scratch.keep();
+    out
+}
+
+fn encode_with(
+    arch: Arch,
+    objects: &[&JitObject],
+    scratch: &mut scratch::Scratch,
+) -> Result<Vec<u8>> {
+    let layout = layout::Layout::new(objects, std::mem::take(&mut scratch.layout))?;
+    let out = encode_layout(arch, &layout, scratch);
+    scratch.layout = layout.into_parts();
+    out
+}
+
+fn encode_layout(
+    arch: Arch,
+    layout: &layout::Layout,
+    scratch: &mut scratch::Scratch,
+) -> Result<Vec<u8>> {
+    if arch != Arch::X86_64 {
         return Err(Error::Unsupported {
             format: "ELF",
             why: format!(
                 "the ELF encoder writes x86-64 objects only; this object is for {}",
-                object.arch().name()
+                arch.name()
             ),
         });
     }
-    let layout = layout::Layout::new(object);
-    let debug = dwarf::build(&layout)?;
-    let frame = cfi::debug_frame(object.arch(), &layout.functions)?;
+    dwarf::build(layout, &mut scratch.dwarf)?;
+    cfi::debug_frame(arch, layout, &mut scratch.cfi)?;
+    let debug = &scratch.dwarf;
     // Small objects are what runtimes register one by one, each a GDB stop: an index spares
     // GDB reading their DWARF at the stop. Large ones would pay ~50 bytes + name per
     // function for it, and are registered rarely.
     let index = if layout.functions.len() <= INDEXED_FUNCTIONS {
-        gdb_index::build(&layout, &debug.info)?
+        gdb_index::build(layout, &debug.info)?
     } else {
         Vec::new()
     };
@@ -70,19 +100,14 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
         },
         writer::DataSection {
             name: b".debug_frame",
-            data: &frame,
+            data: &scratch.cfi.frame,
         },
         writer::DataSection {
             name: b".gdb_index",
             data: &index,
         },
     ];
-    Ok(writer::write(
-        &layout,
-        &sections,
-        &debug.str,
-        &debug.name_offsets,
-    ))
+    Ok(writer::write(layout, &sections))
 }
 
 #[cfg(test)]
@@ -113,6 +138,113 @@ mod tests {
             o.add_epilogue(f, 63, 64).unwrap();
         }
         o
+    }
+
+    /// A small object of `seed`'s choosing: functions at `base` and up (in or out of
+    /// address order, adjacent or not), some of `files` files or none, every kind of frame,
+    /// variables, blocks and call sites (to functions of this object or of others).
+    fn varied_object(seed: u64, base: u64, files: u64) -> JitObject {
+        use crate::model::{BaseType, CallTarget, Location, UnwindRow, Variable, VariableKind};
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut o = JitObject::new();
+        let n = 1 + next(6);
+        let mut at = base;
+        let mut placed = Vec::new();
+        for i in 0..n {
+            let size = 16 + next(100);
+            placed.push((i, at, size));
+            at += size + [0, 3, 15, 16, 500][next(5) as usize];
+        }
+        if next(3) == 0 {
+            placed.reverse();
+        }
+        for (i, start, size) in placed {
+            let f = o
+                .add_function(&format!("o{seed}_f{i}"), start, size)
+                .unwrap();
+            if next(5) != 0 {
+                let rows: Vec<LineRow> = (0..1 + next(4))
+                    .map(|r| LineRow {
+                        offset: r as u32 * 4 + u32::from(next(4) == 0),
+                        line: 1 + next(50) as u32,
+                    })
+                    .collect();
+                let file = format!("file{}.js", next(files));
+                o.set_lines(f, &file, &rows).unwrap();
+            }
+            match next(4) {
+                0 => o.set_frame_pointer(f, 1, 4).unwrap(),
+                1 => {
+                    o.set_frame_pointer(f, 1, 4).unwrap();
+                    o.add_epilogue(f, 10, 11).unwrap();
+                }
+                2 => o.set_unwind(f, &[UnwindRow::X86_64_ENTRY]).unwrap(),
+                _ => {}
+            }
+            if next(4) == 0 {
+                let var = Variable {
+                    name: "v".into(),
+                    kind: VariableKind::Local,
+                    ty: BaseType::ALL[next(11) as usize],
+                    location: Location::FrameOffset(-8),
+                };
+                o.add_variable(f, var).unwrap();
+                o.add_block(f, "b", 2, 8, None).unwrap();
+            }
+            if next(3) == 0 {
+                let target = match next(4) {
+                    // Most likely another object's function.
+                    0 => CallTarget::Address(base - 0x1000 + next(3) * 0x1000),
+                    1 => CallTarget::Symbol {
+                        address: 0x5000,
+                        name: "host".into(),
+                    },
+                    2 => CallTarget::Indirect,
+                    _ => CallTarget::Address(0x1234),
+                };
+                o.add_call_site(f, 5, target).unwrap();
+            }
+        }
+        o
+    }
+
+    /// Encoding several objects as one is encoding them merged into one object, byte for
+    /// byte, and refuses what that refuses.
+    #[test]
+    fn several_objects_encode_as_their_merge() {
+        use crate::model::Arch;
+        for (count, files) in [(1, 2), (2, 1), (3, 3), (8, 2), (32, 40), (40, 4)] {
+            for seed in 0..12u64 {
+                let objects: Vec<JitObject> = (0..count)
+                    .map(|k| varied_object(seed * 100 + k, 0x10_0000 + k * 0x1000, files))
+                    .collect();
+                let refs: Vec<&JitObject> = objects.iter().collect();
+                let merged = JitObject::merged(Arch::X86_64, refs.iter().copied());
+                let ours = super::encode_objects(Arch::X86_64, &refs);
+                assert!(ours.is_ok(), "{ours:?}");
+                assert_eq!(
+                    ours,
+                    super::encode(&merged),
+                    "{count} objects of seed {seed}"
+                );
+            }
+        }
+        // Functions of two objects at the same place.
+        let (a, b) = (varied_object(1, 0x1000, 1), varied_object(2, 0x1000, 1));
+        let merged = JitObject::merged(Arch::X86_64, [&a, &b]);
+        let refused = super::encode_objects(Arch::X86_64, &[&a, &b]);
+        assert!(matches!(refused, Err(crate::Error::Overlap { .. })));
+        assert_eq!(refused, super::encode(&merged));
+        assert_eq!(
+            super::encode_objects(Arch::X86_64, &[]),
+            Err(crate::Error::EmptyObject)
+        );
     }
 
     /// Bytes per function beyond the names (each stored once, NUL-terminated).

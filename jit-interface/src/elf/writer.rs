@@ -10,14 +10,13 @@
 //!   section of every objfile on each change),
 //! - `.debug_str` and `.strtab`: ONE string table with two headers, so that each name is
 //!   stored once; the section names follow the function names in it, and it is the section
-//!   name table too (no `.shstrtab`: GDB reads every section header and the name table from
-//!   the process, one read each, at every registration),
+//!   name table too (no `.shstrtab`: at every registration GDB reads each section header
+//!   and the name table from the process, one read each),
 //! - `.symtab` with a global FUNC symbol per function, `.symtab_shndx` if a `.text` index
 //!   does not fit 16 bits.
 
 use object::elf;
 
-use super::bytes::Put;
 use super::layout::Layout;
 
 /// A non-ALLOC data section.
@@ -26,12 +25,25 @@ pub(super) struct DataSection<'a> {
     pub data: &'a [u8],
 }
 
-/// Appends `name` to the section-name table and returns its offset.
-fn add_name(names: &mut Vec<u8>, name: &[u8]) -> u32 {
-    let at = names.len() as u32;
-    names.extend_from_slice(name);
-    names.push(0);
-    at
+/// The section-name table, on the stack: the longest is 124 bytes (every section).
+struct Names {
+    bytes: [u8; 128],
+    len: usize,
+}
+
+impl Names {
+    /// Appends `name` and returns its offset.
+    fn add(&mut self, name: &[u8]) -> u32 {
+        let at = self.len;
+        self.bytes[at..at + name.len()].copy_from_slice(name);
+        // The NUL is there already.
+        self.len += name.len() + 1;
+        at as u32
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 const FILE_HEADER: usize = 64;
@@ -68,9 +80,8 @@ impl Header {
         }
     }
 
-    fn write(&self, out: &mut Vec<u8>) {
-        // Assembled, then appended: one capacity check.
-        let mut h = [0u8; SECTION_HEADER];
+    /// Writes the header into `h`, which is zero: zero fields are left alone.
+    fn write(&self, h: &mut [u8; SECTION_HEADER]) {
         h[0..4].copy_from_slice(&self.name.to_le_bytes());
         h[4..8].copy_from_slice(&self.kind.0.to_le_bytes());
         h[8..16].copy_from_slice(&self.flags.0.to_le_bytes());
@@ -81,7 +92,32 @@ impl Header {
         h[44..48].copy_from_slice(&self.info.to_le_bytes());
         h[48..56].copy_from_slice(&self.align.to_le_bytes());
         h[56..64].copy_from_slice(&self.entsize.to_le_bytes());
-        out.extend_from_slice(&h);
+    }
+}
+
+/// The output, allocated at its final size and written front to back.
+struct Out {
+    bytes: Vec<u8>,
+}
+
+impl Out {
+    #[inline]
+    fn put(&mut self, b: &[u8]) {
+        self.bytes.extend_from_slice(b);
+    }
+
+    /// The next `N` bytes, zero, to be filled in place.
+    #[inline]
+    fn next<const N: usize>(&mut self) -> &mut [u8; N] {
+        let at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; N]);
+        (&mut self.bytes[at..]).try_into().expect("N bytes")
+    }
+
+    /// Zeroes up to `at` (padding).
+    #[inline]
+    fn pad_to(&mut self, at: usize) {
+        self.bytes.resize(at, 0);
     }
 }
 
@@ -89,15 +125,19 @@ fn align(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
-/// Writes the object. `strings` is the shared `.debug_str`/`.strtab` (first byte NUL),
-/// `name_offsets[i]` the offset of `layout.functions[i]`'s name in it.
-pub(super) fn write(
-    layout: &Layout<'_>,
-    sections: &[DataSection<'_>],
-    strings: &[u8],
-    name_offsets: &[u32],
-) -> Vec<u8> {
-    let data: Vec<&DataSection> = sections.iter().filter(|s| !s.data.is_empty()).collect();
+/// Writes the object: its `sections` (those not empty), and the string table and symbols
+/// from `layout`.
+pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 6]) -> Vec<u8> {
+    // The sections not empty, in order.
+    let mut data: [&DataSection; 6] = [&sections[0]; 6];
+    let mut data_len = 0;
+    for s in sections {
+        if !s.data.is_empty() {
+            data[data_len] = s;
+            data_len += 1;
+        }
+    }
+    let data = &data[..data_len];
 
     // Section indices.
     let first_text = 1;
@@ -110,30 +150,39 @@ pub(super) fn write(
     let shndx = layout.runs.len() >= elf::SHN_LORESERVE as usize;
     let count = symtab + 1 + usize::from(shndx);
 
-    // Section names, each once, appended to `strings` (offsets from its start).
-    let mut names = Vec::with_capacity(128);
-    let name_at = |names: &mut Vec<u8>, name: &[u8]| strings.len() as u32 + add_name(names, name);
-    let text_name = name_at(&mut names, b".text");
-    let data_names: Vec<u32> = data.iter().map(|s| name_at(&mut names, s.name)).collect();
-    let debug_str_name = name_at(&mut names, b".debug_str");
-    let strtab_name = name_at(&mut names, b".strtab");
-    let symtab_name = name_at(&mut names, b".symtab");
+    // Section names, each once (offsets in this table; it follows the function names).
+    let mut names = Names {
+        bytes: [0; 128],
+        len: 1,
+    };
+    let text_name = names.add(b".text");
+    let mut data_names = [0; 6];
+    for (s, name) in data.iter().zip(&mut data_names) {
+        *name = names.add(s.name);
+    }
+    let debug_str_name = names.add(b".debug_str");
+    let strtab_name = names.add(b".strtab");
+    let symtab_name = names.add(b".symtab");
     let shndx_name = if shndx {
-        name_at(&mut names, b".symtab_shndx")
+        names.add(b".symtab_shndx")
     } else {
         0
     };
+    let names = names.as_slice();
 
     // File layout.
-    let mut offsets = Vec::with_capacity(data.len());
+    let mut offsets = [0; 6];
     let mut at = FILE_HEADER;
-    for s in &data {
-        offsets.push(at);
+    for (s, offset) in data.iter().zip(&mut offsets) {
+        *offset = at;
         at += s.data.len();
     }
     let strings_at = at;
-    let strings_len = strings.len() + names.len();
-    at += strings_len;
+    let strings_len = layout.strings_len;
+    // Function names, then section names.
+    let table_len = strings_len + names.len();
+    let section_name = |name: u32| strings_len as u32 + name;
+    at += table_len;
     let symbols = layout.functions.len() + 1;
     let symtab_at = align(at, 8);
     at = symtab_at + symbols * SYMBOL;
@@ -144,50 +193,60 @@ pub(super) fn write(
     let headers_at = align(at, 8);
     let len = headers_at + count * SECTION_HEADER;
 
-    let mut out = Vec::with_capacity(len);
+    let mut out = Out {
+        bytes: Vec::with_capacity(len),
+    };
     // File header.
-    out.extend_from_slice(&[0x7f, b'E', b'L', b'F']);
-    out.u8(elf::ELFCLASS64.0);
-    out.u8(elf::ELFDATA2LSB.0);
-    out.u8(elf::EV_CURRENT.0);
-    out.u8(elf::ELFOSABI_NONE.0);
-    out.extend_from_slice(&[0; 8]);
-    out.u16(elf::ET_REL.0);
-    out.u16(elf::EM_X86_64.0);
-    out.u32(elf::EV_CURRENT.0.into());
-    // Entry, program headers.
-    out.u64(0);
-    out.u64(0);
-    out.u64(headers_at as u64);
-    out.u32(0);
-    out.u16(FILE_HEADER as u16);
-    out.u16(0);
-    out.u16(0);
-    out.u16(SECTION_HEADER as u16);
+    let h = out.next::<FILE_HEADER>();
+    h[..4].copy_from_slice(&[0x7f, b'E', b'L', b'F']);
+    h[4] = elf::ELFCLASS64.0;
+    h[5] = elf::ELFDATA2LSB.0;
+    h[6] = elf::EV_CURRENT.0;
+    h[7] = elf::ELFOSABI_NONE.0;
+    // 8 bytes of padding.
+    h[16..18].copy_from_slice(&elf::ET_REL.0.to_le_bytes());
+    h[18..20].copy_from_slice(&elf::EM_X86_64.0.to_le_bytes());
+    h[20..24].copy_from_slice(&u32::from(elf::EV_CURRENT.0).to_le_bytes());
+    // Entry, program headers (0), section headers, flags (0).
+    h[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
+    h[52..54].copy_from_slice(&(FILE_HEADER as u16).to_le_bytes());
+    // No program headers: size and count 0.
+    h[58..60].copy_from_slice(&(SECTION_HEADER as u16).to_le_bytes());
     // More sections than 16 bits can count: the count is in section 0's size, the index
     // of the names in its link.
     let extended = count >= elf::SHN_LORESERVE as usize;
-    out.u16(if extended { 0 } else { count as u16 });
-    out.u16(if extended {
-        elf::SHN_XINDEX.0
+    let (shnum, shstrndx) = if extended {
+        (0, elf::SHN_XINDEX.0)
     } else {
-        strtab as u16
-    });
+        (count as u16, strtab as u16)
+    };
+    h[60..62].copy_from_slice(&shnum.to_le_bytes());
+    h[62..64].copy_from_slice(&shstrndx.to_le_bytes());
 
-    for s in &data {
-        out.extend_from_slice(s.data);
+    for s in data {
+        out.put(s.data);
     }
-    out.extend_from_slice(strings);
-    out.extend_from_slice(&names);
-    out.resize(symtab_at, 0);
-    out.extend_from_slice(&[0; SYMBOL]);
+    // The string table: the names in layout order (`Layout::name_offsets`), after a NUL.
+    out.put(&[0]);
+    for p in &layout.functions {
+        out.put(p.f.name_bytes());
+        out.put(&[0]);
+    }
+    debug_assert_eq!(out.bytes.len(), strings_at + strings_len);
+    out.put(names);
+    // The null symbol, then one per function.
+    out.pad_to(symtab_at + SYMBOL);
     let info = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
-    for (i, f) in layout.functions.iter().enumerate() {
-        let run = layout.run_of[i];
+    // The run of the function: functions and runs are both in address order.
+    let mut run = 0;
+    for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
+        let f = p.f;
+        while f.start() >= layout.runs[run].end {
+            run += 1;
+        }
         let section = first_text + run;
-        // One symbol assembled, then appended: one capacity check.
-        let mut symbol = [0u8; SYMBOL];
-        symbol[..4].copy_from_slice(&name_offsets[i].to_le_bytes());
+        let symbol = out.next::<SYMBOL>();
+        symbol[..4].copy_from_slice(&name.to_le_bytes());
         symbol[4] = info;
         symbol[5] = elf::STV_DEFAULT.0;
         let index = if shndx {
@@ -200,28 +259,34 @@ pub(super) fn write(
         let value = f.start() - layout.runs[run].start;
         symbol[8..16].copy_from_slice(&value.to_le_bytes());
         symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
-        out.extend_from_slice(&symbol);
     }
     if shndx {
-        out.resize(shndx_at, 0);
-        out.u32(0);
-        for &run in &layout.run_of {
-            out.u32((first_text + run) as u32);
+        // The null symbol's index is 0.
+        out.pad_to(shndx_at + 4);
+        let mut run = 0;
+        for p in &layout.functions {
+            while p.f.start() >= layout.runs[run].end {
+                run += 1;
+            }
+            out.put(&((first_text + run) as u32).to_le_bytes());
         }
     }
-    out.resize(headers_at, 0);
 
-    // Section headers.
-    let mut null = Header::data(0, elf::SHT_NULL, 0, 0);
-    null.align = 0;
+    // Section headers; section 0 is null but for the count of sections beyond 16 bits.
+    // Zeroed at once, then filled in place.
+    out.pad_to(len);
+    let mut headers = out.bytes[headers_at..]
+        .chunks_exact_mut(SECTION_HEADER)
+        .map(|h| -> &mut [u8; SECTION_HEADER] { h.try_into().expect("a section header") });
+    let mut next = || headers.next().expect("counted");
+    let null = next();
     if extended {
-        null.size = count as u64;
-        null.link = strtab as u32;
+        null[32..40].copy_from_slice(&(count as u64).to_le_bytes());
+        null[40..44].copy_from_slice(&(strtab as u32).to_le_bytes());
     }
-    null.write(&mut out);
     for run in &layout.runs {
         Header {
-            name: text_name,
+            name: section_name(text_name),
             kind: elf::SHT_NOBITS,
             flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
             addr: run.start,
@@ -232,32 +297,53 @@ pub(super) fn write(
             align: 1,
             entsize: 0,
         }
-        .write(&mut out);
+        .write(next());
     }
     for ((s, &offset), &name) in data.iter().zip(&offsets).zip(&data_names) {
-        Header::data(name, elf::SHT_PROGBITS, offset, s.data.len()).write(&mut out);
+        Header::data(section_name(name), elf::SHT_PROGBITS, offset, s.data.len()).write(next());
     }
-    let mut h = Header::data(debug_str_name, elf::SHT_PROGBITS, strings_at, strings_len);
+    let mut h = Header::data(
+        section_name(debug_str_name),
+        elf::SHT_PROGBITS,
+        strings_at,
+        table_len,
+    );
     h.flags = elf::SHF_MERGE | elf::SHF_STRINGS;
     h.entsize = 1;
-    h.write(&mut out);
-    Header::data(strtab_name, elf::SHT_STRTAB, strings_at, strings_len).write(&mut out);
-    let mut h = Header::data(symtab_name, elf::SHT_SYMTAB, symtab_at, symbols * SYMBOL);
+    h.write(next());
+    Header::data(
+        section_name(strtab_name),
+        elf::SHT_STRTAB,
+        strings_at,
+        table_len,
+    )
+    .write(next());
+    let mut h = Header::data(
+        section_name(symtab_name),
+        elf::SHT_SYMTAB,
+        symtab_at,
+        symbols * SYMBOL,
+    );
     h.link = strtab as u32;
     // Only the null symbol is local.
     h.info = 1;
     h.align = 8;
     h.entsize = SYMBOL as u64;
-    h.write(&mut out);
+    h.write(next());
     if shndx {
-        let mut h = Header::data(shndx_name, elf::SHT_SYMTAB_SHNDX, shndx_at, symbols * 4);
+        let mut h = Header::data(
+            section_name(shndx_name),
+            elf::SHT_SYMTAB_SHNDX,
+            shndx_at,
+            symbols * 4,
+        );
         h.link = symtab as u32;
         h.align = 4;
         h.entsize = 4;
-        h.write(&mut out);
+        h.write(next());
     }
-    debug_assert_eq!(out.len(), len);
-    out
+    debug_assert!(headers.next().is_none());
+    out.bytes
 }
 
 #[cfg(test)]
