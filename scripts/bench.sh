@@ -301,7 +301,7 @@ if os.environ.get("BENCH_ONLY") == "bt":
 
 # (1) in-process, no debugger
 N1 = 20000 if QUICK else 100000
-REPS1 = 5
+REPS1 = 11
 w("## 1. Registration without a debugger\n")
 w(f"{N1} functions, K functions per registered object. Ours: build model + encode + register, "
   "per function. Floor: `jb build` (payload) + `jb reg` (list insert + hook) per function. "

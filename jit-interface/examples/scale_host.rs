@@ -156,11 +156,15 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
 /// The part of `reg` that is not registration: building the models and encoding them once,
 /// into memory that is kept, as `reg` keeps it (and as the floor's `jb build` writes every
 /// payload into a pool it keeps): writing to memory for the first time is part of the cost.
-/// Compact payloads are copied into one pool (`reg` copies records into batch payloads),
-/// ELF payloads are kept as encoded (`reg` links the encoder's buffer).
+/// Compact records are encoded into a reused buffer and copied into one pool (`reg` copies
+/// them into batch payloads), ELF payloads are kept as encoded (`reg` links the encoder's
+/// buffer).
 fn encode_all(n: u64, k: u64, format: Format) {
     let base = code_area(n);
-    let mut pool: Vec<u8> = Vec::new();
+    // Room reserved (not touched) up front, as the registry's batch payloads are: no
+    // copying as it grows.
+    let mut pool: Vec<u8> = Vec::with_capacity(n as usize * 256);
+    let mut scratch: Vec<u8> = Vec::new();
     let mut kept: Vec<Vec<u8>> = Vec::with_capacity(n.div_ceil(k) as usize);
     let t0 = Instant::now();
     let c0 = thread_cpu_s();
@@ -172,15 +176,21 @@ fn encode_all(n: u64, k: u64, format: Format) {
         for j in i..(i + k).min(n) {
             add(&mut obj, name_of(&mut name, j), base + j * FN_SIZE);
         }
-        let payload = match format {
-            Format::Compact => jit_interface::format::encode(&obj, None),
-            Format::Elf => jit_interface::elf::encode(&obj),
-        };
-        let payload = payload.expect("encode");
-        bytes += payload.len();
         match format {
-            Format::Compact => pool.extend_from_slice(&payload),
-            Format::Elf => kept.push(payload),
+            Format::Compact => {
+                // As `register` does: the record (with a live check to be filled in) into
+                // a buffer reused from one object to the next, then copied to where it stays.
+                scratch.clear();
+                let live = jit_interface::LiveCheck { address: 0, key: 1 };
+                jit_interface::encode_record(&mut scratch, &obj, Some(live)).expect("encode");
+                bytes += jit_interface::format::HEADER_LEN + scratch.len();
+                pool.extend_from_slice(&scratch);
+            }
+            Format::Elf => {
+                let payload = jit_interface::elf::encode(&obj).expect("encode");
+                bytes += payload.len();
+                kept.push(payload);
+            }
         }
         i += k;
     }
