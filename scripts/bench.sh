@@ -354,8 +354,15 @@ for f in ("compact", "elf"):
     w(f"| {f}, batched (K=1000) | {NB} | {ow:.2f} | {fw:.2f} | {ow/fw:.2f}x | {orss:.0f} | {frss:.0f} | {stops(_t)} |")
 # the floor one ELF per function, up to where it stays under a minute
 floor_single = {}
+floor_stop_ms = None
 for n in ((1000, 2000) if QUICK else (1000, 4000)):
-    floor_single[n] = run(gdb([JB, "reg", str(n), "1", "0"]))[:2]
+    fw, frss, ft = run(gdb([JB, "reg", str(n), "1", "0"]))
+    floor_single[n] = (fw, frss)
+    if floor_stop_ms is None:
+        # The floor's cost per stop on this machine before its entries pile up: its second
+        # tenth of registrations (the first includes warming up).
+        m = re.search(r"entries \d+\.\.\d+: [\d.]+ us/entry\s+entries \d+\.\.\d+: ([\d.]+) us/entry", ft)
+        floor_stop_ms = float(m.group(1)) / 1000 if m else None
 per_reg = {}
 sizes = (1000, 3000) if QUICK else (1000, 10000, 30000, 100000)
 for f in ("compact", "elf"):
@@ -390,6 +397,14 @@ for f in ("compact", "elf"):
         for a, b in pairs)
     w(f"| {f} | {cells} | {growth} |")
 w("")
+if floor_stop_ms:
+    w(f"For scale, the same machine's stop in this run: the floor's one-ELF-per-function "
+      f"registrations cost {floor_stop_ms:.3f} ms each while few entries are loaded (its "
+      f"registrations 101 to 200 of 1,000). A one-by-one registration of ours makes about two "
+      f"stops (its own entry, and its share of the merges). At 30,000 functions ours cost "
+      + ", ".join(f"{per_reg[(f, 30000)] / floor_stop_ms:.2f}x ({f})" for f in ("compact", "elf")
+                  if (f, 30000) in per_reg)
+      + " that.\n")
 # unregistration under GDB: every unregistration rewrites the batch holding the object (GDB
 # drops it and reads the rest again), so its cost is bounded by the batch size, not by N
 NU, MU = (3000, 150) if QUICK else (10000, 500)
