@@ -533,14 +533,20 @@ fn deferred_registrations_are_announced_after_max_delay_without_another_registra
     if !require_tool("gdb", "reader_deferred_delay") {
         return;
     }
-    let dir = TempDir::new("reader-deferred-delay");
+    let t = plain_gdb_bt_in_deferred_mode("reader-deferred-delay", "READER_HOST_MAX_DELAY_MS=50");
+    t.assert_contains(None, "0 pending after");
+}
+
+/// Plain GDB stopped in the deferred scenario with `env` set: its `bt` names the whole chain
+/// (so the pending registrations were announced).
+fn plain_gdb_bt_in_deferred_mode(tag: &str, env: &str) -> Transcript {
+    let dir = TempDir::new(tag);
     let t = gdb_on(dir.path(), "deferred")
-        .cmd("set environment READER_HOST_MAX_DELAY_MS=50")
+        .cmd(format!("set environment {env}"))
         .cmd("break reader_host_break")
         .cmd("run")
         .section("bt", ["bt"])
         .run();
-    t.assert_contains(None, "0 pending after");
     assert_frames(
         &t,
         "bt",
@@ -551,6 +557,7 @@ fn deferred_registrations_are_announced_after_max_delay_without_another_registra
             "reader_host_run",
         ],
     );
+    t
 }
 
 /// Deferred mode announces by itself once `max_pending` registrations are pending: plain GDB
@@ -560,21 +567,5 @@ fn deferred_registrations_are_announced_at_max_pending() {
     if !require_tool("gdb", "reader_deferred_count") {
         return;
     }
-    let dir = TempDir::new("reader-deferred-count");
-    let t = gdb_on(dir.path(), "deferred")
-        .cmd("set environment READER_HOST_MAX_PENDING=1")
-        .cmd("break reader_host_break")
-        .cmd("run")
-        .section("bt", ["bt"])
-        .run();
-    assert_frames(
-        &t,
-        "bt",
-        &[
-            "reader_host_break",
-            "jit_deferred_inner",
-            "jit_deferred_outer",
-            "reader_host_run",
-        ],
-    );
+    plain_gdb_bt_in_deferred_mode("reader-deferred-count", "READER_HOST_MAX_PENDING=1");
 }

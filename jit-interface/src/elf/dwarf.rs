@@ -881,6 +881,16 @@ mod tests {
     use crate::elf::test_support::{Line, Parsed};
     use crate::model::{BaseType, JitObject, LineRow, Location, Variable, VariableKind};
 
+    /// A local `int64_t v` in the frame slot at rbp - 8.
+    fn local_at_rbp_minus_8() -> Variable {
+        Variable {
+            name: "v".into(),
+            kind: VariableKind::Local,
+            ty: BaseType::I64,
+            location: Location::FrameOffset(-8),
+        }
+    }
+
     fn rows(r: &[(u32, u32)]) -> Vec<LineRow> {
         r.iter()
             .map(|&(offset, line)| LineRow { offset, line })
@@ -1312,16 +1322,7 @@ mod tests {
                     )
                     .unwrap(),
             }
-            o.add_variable(
-                f,
-                Variable {
-                    name: "v".into(),
-                    kind: VariableKind::Local,
-                    ty: BaseType::I64,
-                    location: Location::FrameOffset(-8),
-                },
-            )
-            .unwrap();
+            o.add_variable(f, local_at_rbp_minus_8()).unwrap();
         }
         let p = Parsed::encode(&o);
         let got: Vec<(String, Vec<u8>)> = p
@@ -1368,16 +1369,7 @@ mod tests {
             let f = o
                 .add_function(&format!("f{i}"), 0x1000 + i * 16, 16)
                 .unwrap();
-            o.add_variable(
-                f,
-                Variable {
-                    name: "v".into(),
-                    kind: VariableKind::Local,
-                    ty: BaseType::I64,
-                    location: Location::FrameOffset(-8),
-                },
-            )
-            .unwrap();
+            o.add_variable(f, local_at_rbp_minus_8()).unwrap();
         }
         let p = Parsed::encode(&o);
         let info = p.section(".debug_info");
