@@ -125,11 +125,14 @@ impl Slot {
     }
 }
 
-/// `n` as a 32-bit payload offset or length: payloads held in batches stay below 4 GiB.
-fn offset32(n: usize) -> Result<u32> {
-    u32::try_from(n).map_err(|_| crate::Error::Unsupported {
-        format: "compact records",
-        why: format!("a payload of {n} bytes: batches hold payloads below 4 GiB"),
+/// `n` as a 32-bit offset or length within a `format` payload: payloads held in batches
+/// stay below 4 GiB.
+fn offset32(n: usize, format: Format) -> Result<u32> {
+    u32::try_from(n).map_err(|_| {
+        crate::Error::TooLarge(format!(
+            "a {} payload of {n} bytes: the registry holds payloads below 4 GiB",
+            format.name()
+        ))
     })
 }
 
@@ -569,7 +572,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             Format::Elf => record_len,
         };
         // Checked before any change of state: a slot's offsets are 32-bit.
-        let record_len32 = offset32(record_len)?;
+        let record_len32 = offset32(record_len, encoding)?;
         let functions32 = u32::try_from(functions).map_err(|_| crate::Error::Unsupported {
             format: format.name(),
             why: format!("{functions} functions in one object"),
@@ -917,7 +920,7 @@ impl State {
                     .flat_map(|b| &b.members)
                     .map(|s| s.len as usize)
                     .sum();
-                offset32(crate::format::HEADER_LEN + live)?;
+                offset32(crate::format::HEADER_LEN + live, Format::Compact)?;
                 let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + live);
                 let mut slots = Vec::new();
                 for b in parts {
