@@ -166,9 +166,11 @@ unsafe fn notify(d: *mut JitDescriptor, entry: *mut JitCodeEntry, action: u32) {
 /// Sets the size of a linked entry's payload (the payload grew in place).
 ///
 /// # Safety
-/// `entry` is linked, its payload starts at the same address and holds `size` valid bytes.
+/// `entry` is linked, its payload starts at the same address and holds `size` valid bytes,
+/// and no other thread writes the entry meanwhile.
 pub(crate) unsafe fn set_size(entry: *mut JitCodeEntry, size: usize) {
-    let _guard = lock();
+    // No list lock: the list's links are not touched, and an entry's size is only written by
+    // its owner (the registry, under its own lock) while the process runs.
     // The payload bytes are written before the size (the compiler may not sink them below
     // the volatile store); a debugger stops the process at an instruction boundary, so it
     // sees the old size or the new one, both ending on a record boundary.

@@ -96,7 +96,8 @@ const COMPACT_MIN_DEAD: usize = 4096;
 
 /// One debugger entry. Boxed, so its address is stable while linked.
 struct EntryCell {
-    /// Mutated only under the descriptor's lock and by the debugger.
+    /// Its links are changed only under the descriptor's lock, its size only under the
+    /// registry's (and both by the debugger).
     entry: UnsafeCell<JitCodeEntry>,
 }
 
@@ -295,8 +296,12 @@ struct State {
     live: LiveSlots,
     /// Unsealed batches per format and level, in registration order (debugger attached).
     levels: BTreeMap<(u8, usize), Vec<u64>>,
-    /// The compact batch appended to in place, per architecture (no debugger).
-    open: BTreeMap<u8, u64>,
+    /// The compact batch appended to in place, per architecture (`Arch as usize`; 0: none,
+    /// never a batch id). An array: every quiet registration looks it up.
+    open: [u64; 2],
+    /// Registrations so far, mixed into live keys (see `State::fresh_live_key`).
+    keys: u64,
+    key_seed: u64,
     deferred: Option<Deferral>,
     /// Registrations appended while a debugger was attached and not announced yet, the
     /// batches holding them, and when the oldest was appended.
@@ -485,20 +490,6 @@ pub struct Registration {
     payload_len: u64,
 }
 
-/// A fresh nonzero key for a live slot: unique per registration within a process, and
-/// unlikely to be found by chance in memory that was freed and reused.
-fn fresh_live_key() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(1);
-    static SEED: OnceLock<u64> = OnceLock::new();
-    let seed = *SEED.get_or_init(|| RandomState::new().build_hasher().finish());
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    // A cheap mix (splitmix64) of seed and counter: distinct per registration.
-    let mut z = seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    (z ^ (z >> 31)) | 1
-}
-
 /// Encodes `object` in `format` and registers it with the debugger.
 ///
 /// The object is in the descriptor's list, consistent, when this returns (attach and core
@@ -520,7 +511,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
         /// registration for the record.
         static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    object.validate()?;
+    // Validated by the encoders (first thing they do), not twice here.
     let functions = object.functions().len();
     let big = functions >= BIG_OBJECT;
     let arch = object.arch();
@@ -581,8 +572,8 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             let mut st = registry();
             let id = st.new_member(model)?;
             if encoding == Format::Compact {
+                let key = st.fresh_live_key();
                 let slot = st.live.get(id as usize);
-                let key = fresh_live_key();
                 slot.store(key, Ordering::Release);
                 let address = slot as *const AtomicU64 as u64;
                 crate::format::patch_live_check(&mut scratch, LiveCheck { address, key });
@@ -650,7 +641,30 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     })
 }
 
+/// Index of `arch` in `State::open` (a match, so that a new architecture must get one).
+fn open_index(arch: Arch) -> usize {
+    match arch {
+        Arch::X86_64 => 0,
+        Arch::Aarch64 => 1,
+    }
+}
+
 impl State {
+    /// A fresh nonzero key for a live slot: unique per registration within a process, and
+    /// unlikely to be found by chance in memory that was freed and reused. (Under the
+    /// registry's lock: a plain counter, no atomic.)
+    fn fresh_live_key(&mut self) -> u64 {
+        if self.keys == 0 {
+            self.key_seed = RandomState::new().build_hasher().finish();
+        }
+        self.keys += 1;
+        // A cheap mix (splitmix64) of seed and counter: distinct per registration.
+        let mut z = self.key_seed ^ self.keys.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) | 1
+    }
+
     /// A member index for a new registration (its batch is set by the caller).
     fn new_member(&mut self, model: Option<Arc<JitObject>>) -> Result<u32> {
         let m = Member { batch: NEW, model };
@@ -711,9 +725,10 @@ impl State {
     /// there is none or it is full). No debugger was attached when the caller looked; if one
     /// is attached now it may have read the payload before the append, so it is told.
     fn append_quietly(&mut self, id: u32, arch: Arch, record: &[u8]) -> u64 {
-        let key = crate::format::arch_code(arch);
+        let key = open_index(arch);
         let fits = |b: &Batch| b.buf.len() + record.len() <= b.buf.capacity();
-        if let Some(&batch_id) = self.open.get(&key) {
+        let batch_id = self.open[key];
+        if batch_id != FREE {
             if let Some(batch) = self.batches.get_mut(batch_id).filter(|b| fits(b)) {
                 // Both below OPEN_CAPACITY.
                 let at = batch.buf.len() as u32;
@@ -724,7 +739,8 @@ impl State {
                     len: record.len() as u32,
                 });
                 // SAFETY: the entry is linked and points at `buf`, which did not move (the
-                // append stayed within its capacity); the new size ends on a record boundary.
+                // append stayed within its capacity); the new size ends on a record boundary;
+                // entries are written only under the registry's lock, which is held.
                 unsafe { descriptor::set_size(batch.entry(), batch.buf.len()) };
                 if descriptor::debugger_attached() {
                     if self.deferred.is_some() {
@@ -760,7 +776,7 @@ impl State {
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = true;
         }
-        self.open.insert(key, batch_id);
+        self.open[key] = batch_id;
         batch_id
     }
 
@@ -769,15 +785,25 @@ impl State {
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = false;
         }
-        self.open.retain(|_, b| *b != batch_id);
+        self.unopen(batch_id);
     }
 
     /// A debugger is attached: open batches stop growing in place (it has read them, on
     /// attach, or is told about them by `republish`).
     fn close_open_batches(&mut self) {
-        let ids: Vec<u64> = self.open.values().copied().collect();
-        for b in ids {
-            self.seal(b);
+        for b in self.open {
+            if b != FREE {
+                self.seal(b);
+            }
+        }
+    }
+
+    /// Forgets `batch_id` as an open batch.
+    fn unopen(&mut self, batch_id: u64) {
+        for b in &mut self.open {
+            if *b == batch_id {
+                *b = FREE;
+            }
         }
     }
 
@@ -1046,7 +1072,7 @@ impl State {
                 list.retain(|&b| b != batch_id);
             }
         }
-        self.open.retain(|_, b| *b != batch_id);
+        self.unopen(batch_id);
         // The batch (payload and tombstone slots) is freed here, after the unlink.
     }
 
@@ -1149,7 +1175,7 @@ impl State {
         self.rewrite(batch_id);
         // The debugger read the rewritten batch whole; outside deferred mode it would have to
         // re-read it at every append, so appends go elsewhere.
-        if self.deferred.is_none() && self.open.values().any(|&b| b == batch_id) {
+        if self.deferred.is_none() && self.open.contains(&batch_id) {
             self.seal(batch_id);
         }
     }
