@@ -70,4 +70,6 @@ pub use model::{
     FunctionIter, Functions, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
 };
 #[cfg(feature = "runtime")]
-pub use registry::{flush, pending, register, set_deferred, Deferral, Format, Registration};
+pub use registry::{
+    flush, merge_stats, pending, register, set_deferred, Deferral, Format, MergeStats, Registration,
+};
