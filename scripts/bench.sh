@@ -74,12 +74,13 @@ READER=$ROOT/target/release/libjitreader.so \
 JB=$WORK/jb FLOOR_READER=$WORK/floor-reader.so \
 DEEP_HOST=$ROOT/target/release/examples/deep_host DEEP_NATIVE=$WORK/libdeep_native.so \
 NULL_READER=$WORK/null-reader.so PC_READER=$WORK/pc-reader.so BT_SCRIPT=$ROOT/scripts/bench-bt.py \
-CG_MARK=$CG_MARK WORK=$WORK \
+CG_MARK=$CG_MARK WORK=$WORK ROOT=$ROOT \
 OUT=$ROOT/docs/PERFORMANCE.md python3 - <<'PY'
 import os, re, subprocess, time, datetime, platform
 
 HOST, READER, JB, FR, OUT = (os.environ[k] for k in ("HOST", "READER", "JB", "FLOOR_READER", "OUT"))
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+ROOT = os.environ["ROOT"]
 
 def run(cmd, timeout=600):
     """Runs cmd (a list) under /usr/bin/time -v; returns (wall s, max RSS of the biggest
@@ -345,7 +346,7 @@ for f in ("compact", "elf"):
             got["rns"].append(floor_reg_s(tr) * 1e9 / N1)
         ns, ens, mns, bns, rns = (min(got[x]) for x in ("ns", "ens", "mns", "bns", "rns"))
         fns = bns + rns
-        w(f"| {f} | {k} | {ns:.0f} | {fns:.0f} | {ns/fns:.1f}x | {ens:.0f} / {mns:.0f} / {ns-ens-mns:.0f} | {bns:.0f} / {rns:.1f} | {by:.1f} | {bby:.1f} |")
+        w(f"| {f} | {k} | {ns:.0f} | {fns:.0f} | {ns/fns:.1f}x | {ens:.0f} / {mns:.0f} / {round(ns - ens - mns)} | {bns:.0f} / {rns:.1f} | {by:.1f} | {bby:.1f} |")
 w("")
 if os.environ.get("BENCH_ONLY") == "reg":
     print("\n".join(lines[start1:]))
@@ -462,6 +463,38 @@ for f in ("compact", "elf"):
         w(f"| {f}, K={k} (ours) vs floor K=1000 | {NA} | {ow:.2f} | {fw:.2f} | {ow/fw:.2f}x |")
 w("")
 bt_section()
+
+# (5) concurrency under GDB at the issue's full size (the test suite runs 600 operations
+# per thread); a correctness check, timed, not a timing assertion
+NC = 1000 if QUICK else 10000
+w("## 5. Concurrency under GDB\n")
+w(f"8 threads each registering and unregistering single functions {NC:,} times at random "
+  "among 64 code slots of their own, GDB attached from the start (`scale_host churn`), then "
+  "every one of the 512 slots looked up in GDB (`info line *ADDR`): a live slot must name "
+  "the function registered there now, a free one nothing. This is the test suite's "
+  f"`tests/scale_churn.rs` with {NC:,} operations per thread (`JIT_GDB_CHURN_OPS={NC} cargo "
+  "test --release --test scale_churn`; the issue asks for 10,000, the suite itself runs "
+  "600 to stay quick). Both formats run "
+  "side by side; compact crosses the reader budget halfway (small compact registrations "
+  "are announced as ELF after it).\n")
+cenv = dict(os.environ, JIT_GDB_CHURN_OPS=str(NC))
+subprocess.run(["cargo", "test", "--release", "--test", "scale_churn", "--no-run"],
+               cwd=ROOT, env=cenv, capture_output=True, check=True)
+t0 = time.monotonic()
+p = subprocess.run(["cargo", "test", "--release", "--test", "scale_churn"], cwd=ROOT, env=cenv,
+                   capture_output=True, text=True, timeout=1800)
+dt = time.monotonic() - t0
+out = p.stdout + p.stderr
+w("| test | operations | result |")
+w("|---|---|---|")
+for f in ("elf", "compact"):
+    m = re.search(rf"test scale_churn_8_threads_{f}_gdb_knows_exactly_the_live_set \.\.\. (\w+)", out)
+    verdict = {"ok": "passed: GDB knows exactly the live set", "FAILED": "FAILED"}
+    w(f"| {f} | 8 x {NC:,} | {verdict.get(m.group(1), m.group(1)) if m else 'did not run'} |")
+w("")
+w(f"Both took {dt:.0f} s of wall time together (GDB's stops included).\n")
+if p.returncode != 0:
+    w("```\n" + out[-3000:] + "\n```\n")
 open(OUT, "w").write("\n".join(lines) + "\n")
 print(f"wrote {OUT}")
 PY
