@@ -984,7 +984,10 @@ impl State {
                 Ok((buf, slots))
             }
             Format::Elf => {
-                let slots: Vec<Slot> = parts.iter().flat_map(|b| b.members.clone()).collect();
+                let slots: Vec<Slot> = parts
+                    .iter()
+                    .flat_map(|b| b.members.iter().copied())
+                    .collect();
                 // Every member of a batch that can be merged or rewritten has a model (only
                 // big objects, alone in their entry for good, have none); should one be
                 // missing, refuse rather than drop its functions.
