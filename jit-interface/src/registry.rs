@@ -115,7 +115,8 @@ impl EntryCell {
 #[derive(Clone, Copy)]
 struct Slot {
     id: u32,
-    /// Byte range of the member's record in a compact payload (unused for ELF).
+    /// Byte range of the member's compact record: in the payload of a compact batch, in
+    /// `Batch::records` of a sealed ELF one (unused in other ELF batches).
     at: u32,
     len: u32,
 }
@@ -155,6 +156,11 @@ struct Batch {
     open: bool,
     /// Records appended while a debugger was attached and not yet announced (deferred mode).
     pending: usize,
+    /// A sealed ELF batch of small objects: a compact header, then the compact records
+    /// (without live checks) of those members that have no model, which the first rewrite
+    /// (a member leaves) decodes. A model takes about four times the memory of its record,
+    /// and sealed batches hold nearly every registration of a long run (see `keep_records`).
+    records: Vec<u8>,
 }
 
 impl Batch {
@@ -174,6 +180,7 @@ impl Batch {
             format,
             open: false,
             pending: 0,
+            records: Vec::new(),
         }
     }
 
@@ -192,7 +199,9 @@ struct Member {
     /// The batch holding the object; `NEW` until the caller links it.
     batch: u64,
     /// For members of ELF batches (re-encoded from the models when merged or rewritten):
-    /// kept for small ELF objects, decoded from the record for compact ones merged as ELF.
+    /// kept for small ELF objects, decoded from the record for compact ones merged as ELF,
+    /// until their batch is sealed (then their compact record is kept there instead: see
+    /// `Batch::records`; objects the compact format cannot carry whole keep their model).
     model: Option<Arc<JitObject>>,
 }
 
@@ -309,6 +318,8 @@ struct State {
     pending_batches: Vec<u64>,
     pending_since: Option<Instant>,
     merge_stats: MergeStats,
+    /// A merge is running (`merge` nests: see there).
+    merging: bool,
 }
 
 /// Consolidation work done so far in this process (see [`merge_stats`]).
@@ -1022,39 +1033,126 @@ impl State {
         if !descriptor::debugger_attached() {
             return None;
         }
-        let mut payload = Vec::new();
         for b in batches {
             let batch = self.batches.get(*b)?;
             if batch.format != Format::Compact || batch.open {
                 return None;
             }
-            for s in &batch.members {
-                let has_model = self.member_ref(s.id).is_some_and(|m| m.model.is_some());
-                if has_model {
-                    continue;
-                }
-                payload.clear();
-                payload.extend_from_slice(&batch.buf[..crate::format::HEADER_LEN]);
-                payload.extend_from_slice(&batch.buf[s.range()]);
-                let model = crate::format::decode(&payload).ok()?.object;
-                if let Some(m) = self
-                    .members
-                    .get_mut(s.id as usize)
-                    .filter(|m| m.batch != FREE)
-                {
-                    m.model = Some(Arc::new(model));
-                }
+        }
+        for b in batches {
+            if !self.decode_models(*b) {
+                return None;
             }
         }
         self.build(Format::Elf, batches).ok()
+    }
+
+    /// Gives every member of `batch_id` that has no model one decoded from its compact
+    /// record: in the payload of a compact batch, in `records` of a sealed ELF batch. False
+    /// if a record does not decode (the caller keeps the batch as it is).
+    fn decode_models(&mut self, batch_id: u64) -> bool {
+        let Some(batch) = self.batches.get(batch_id) else {
+            return false;
+        };
+        let bytes = match batch.format {
+            Format::Compact => &batch.buf,
+            Format::Elf => &batch.records,
+        };
+        let mut payload = Vec::new();
+        let mut decoded = Vec::new();
+        for s in &batch.members {
+            if self.member_ref(s.id).is_some_and(|m| m.model.is_some()) {
+                continue;
+            }
+            let (Some(header), Some(record)) =
+                (bytes.get(..crate::format::HEADER_LEN), bytes.get(s.range()))
+            else {
+                return false;
+            };
+            payload.clear();
+            payload.extend_from_slice(header);
+            payload.extend_from_slice(record);
+            match crate::format::decode(&payload) {
+                Ok(d) => decoded.push((s.id, d.object)),
+                Err(_) => return false,
+            }
+        }
+        for (id, model) in decoded {
+            if let Some(m) = self.member_mut(id) {
+                m.model = Some(Arc::new(model));
+            }
+        }
+        true
+    }
+
+    /// A newly sealed ELF batch keeps its members' compact records instead of their models:
+    /// it is rewritten only when a member leaves, and decodes them then (and keeps the
+    /// models from then on). Members whose objects the compact format cannot carry whole
+    /// (call sites, variables) keep their models.
+    fn keep_records(&mut self, batch_id: u64) {
+        let Some(batch) = self.batches.get(batch_id) else {
+            return;
+        };
+        if batch.format != Format::Elf || batch.level < SEALED {
+            return;
+        }
+        let mut records = Vec::new();
+        let mut slots = batch.members.clone();
+        let mut kept = Vec::new();
+        for s in &mut slots {
+            let Some(model) = self.member_ref(s.id).and_then(|m| m.model.as_deref()) else {
+                continue;
+            };
+            let lossless = model
+                .functions()
+                .iter()
+                .all(|f| f.calls().is_empty() && f.variables().is_empty());
+            if !lossless {
+                continue;
+            }
+            if records.is_empty() {
+                records.extend_from_slice(&crate::format::header(model.arch()));
+            } else if records[..crate::format::HEADER_LEN] != crate::format::header(model.arch()) {
+                continue;
+            }
+            let at = records.len();
+            if crate::format::encode_record(&mut records, model, None).is_err() {
+                continue;
+            }
+            let (Ok(at32), Ok(len32)) = (
+                offset32(at, Format::Compact),
+                offset32(records.len() - at, Format::Compact),
+            ) else {
+                // Too large to index: this member and the rest keep their models.
+                records.truncate(at);
+                break;
+            };
+            s.at = at32;
+            s.len = len32;
+            kept.push(s.id);
+        }
+        records.shrink_to_fit();
+        if let Some(batch) = self.batches.get_mut(batch_id) {
+            batch.members = slots;
+            batch.records = records;
+        }
+        for id in kept {
+            if let Some(m) = self.member_mut(id) {
+                m.model = None;
+            }
+        }
     }
 
     /// Replaces the entries `ids` (all of `level`) by one entry of `level + 1` holding all
     /// their objects: one stop to read it, one per old entry to drop it. A core file taken
     /// in between may show an object twice, never not at all.
     fn merge(&mut self, format: Format, level: usize, ids: Vec<u64>) {
-        // Timed for `merge_stats` (two clock reads per merge, that is per 32 entries at most).
-        let t0 = Instant::now();
+        // Timed for `merge_stats` (two clock reads per merge, that is per 32 entries at most);
+        // a merge that completes a batch of the next level merges that level too, inside:
+        // only the outer one is timed.
+        let outer = !self.merging;
+        self.merging = true;
+        let t0 = outer.then(Instant::now);
         let objects: usize = ids
             .iter()
             .filter_map(|b| self.batches.get(*b))
@@ -1064,7 +1162,10 @@ impl State {
         let st = &mut self.merge_stats;
         st.merges += 1;
         st.objects += objects as u64;
-        st.time += t0.elapsed();
+        if let Some(t0) = t0 {
+            st.time += t0.elapsed();
+            self.merging = false;
+        }
     }
 
     fn merge_entries(&mut self, format: Format, level: usize, ids: Vec<u64>) {
@@ -1093,6 +1194,8 @@ impl State {
         }
         if new_level < SEALED {
             self.level_push(format, new_level, new_id);
+        } else {
+            self.keep_records(new_id);
         }
     }
 
@@ -1125,6 +1228,10 @@ impl State {
             return;
         };
         let (format, open) = (batch.format, batch.open);
+        if format == Format::Elf && !self.decode_models(batch_id) {
+            // A record of our own that does not decode: leave the batch (stale) as it is.
+            return;
+        }
         let mut cell = EntryCell::new();
         // A subset of objects that encoded together encodes again; should it ever fail, the
         // dead objects stay visible to the debugger (stale) rather than the list breaking.
@@ -1150,6 +1257,10 @@ impl State {
         batch.cell = cell;
         batch.buf = buf;
         batch.members = slots;
+        // Every member has its model now (decoded above, or by `build_as_elf`), and keeps
+        // it: a batch that loses one member often loses more, and decoding it all again
+        // at each would cost more than the rest of the rewrite.
+        batch.records = Vec::new();
         batch.dead = 0;
         if new_format != format {
             batch.format = new_format;
@@ -1281,6 +1392,40 @@ mod tests {
             assert!(id != FREE && id != NEW);
         }
         assert!(batches.get(NEW).is_none() && batches.get(FREE).is_none());
+    }
+
+    /// Once one-function ELF objects are in a sealed batch, they keep their compact records
+    /// there, not their models (about four times larger).
+    #[test]
+    fn sealed_elf_members_keep_records_not_models() {
+        let base = 0x5b00_0000_0000u64;
+        let regs: Vec<Registration> = (0..(FAN_IN * FAN_IN) as u64)
+            .map(|i| {
+                let mut o = JitObject::new();
+                let f = o
+                    .add_function(&format!("records_{i:04}"), base + i * 64, 64)
+                    .unwrap();
+                o.set_frame_pointer(f, 1, 4).unwrap();
+                register(&o, Format::Elf).unwrap()
+            })
+            .collect();
+        let st = registry();
+        let with_model = regs
+            .iter()
+            .filter(|r| st.member_ref(r.id).is_some_and(|m| m.model.is_some()))
+            .count();
+        assert_eq!(
+            with_model, 0,
+            "members of the sealed batch that kept a model"
+        );
+        let batch = st
+            .member_ref(regs[0].id)
+            .and_then(|m| st.batches.get(m.batch))
+            .expect("the batch");
+        assert_eq!((batch.format, batch.level), (Format::Elf, SEALED));
+        assert!(batch.records.len() > crate::format::HEADER_LEN * regs.len());
+        drop(st);
+        drop(regs);
     }
 
     #[test]

@@ -242,6 +242,10 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
     // a function's worst case might not fit (typically once: the room starts at the usual
     // size of the whole object), then cut to what was written.
     let mut len = w.buf.len();
+    // Where the functions' room starts: `out` may already hold other records (the
+    // registry appends records to a batch's buffer), and the room grows with this object
+    // only.
+    let room = len;
     let usual = usual_len(object);
     // Capacity beyond that for a function's worst case, so that a small object's room is
     // allocated once.
@@ -257,7 +261,7 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
         let name = f.name();
         let worst = worst_len(f, name);
         if w.buf.len() - len < worst {
-            let grown = w.buf.len() + w.buf.len() / 2;
+            let grown = w.buf.len() + (w.buf.len() - room) / 2;
             w.buf.resize(grown.max(len + worst), 0);
         }
         let mut c = Cursor::new(&mut w.buf[len..]);
