@@ -1051,6 +1051,8 @@ impl JitObject {
         // A file the object has is known to be a good name.
         let known = if self.is_last_file(file) {
             Some(self.last_file)
+        } else if self.first_file.is_none() {
+            None
         } else {
             self.find_file(file)
         };
