@@ -351,8 +351,8 @@ const MAX_STORED: usize = u32::MAX as usize;
 const NO_FILE: u32 = u32::MAX;
 
 /// `Entry::extras` of a function without extras. Never an index: every `Extras` belongs to
-/// one function, and an object has fewer than `u32::MAX` functions with extras (each takes
-/// at least one byte of name).
+/// one function, and an object has at most `u32::MAX` functions (each name takes at least
+/// one of the at most `MAX_STORED` bytes of text), so indices stay below it.
 const NO_EXTRAS: u32 = u32::MAX;
 
 /// What an object stores for each function besides its share of the object's storage.
@@ -479,7 +479,6 @@ impl<'a> Function<'a> {
         self.extras().map_or(&[], |e| &e.calls)
     }
     fn extras(&self) -> Option<&'a Extras> {
-        // `NO_EXTRAS` is past the end.
         self.object.extras_of(self.entry)
     }
     /// Does the function contain `addr`?
@@ -720,7 +719,10 @@ fn line_rows_error(rows: &[LineRow], size: u32) -> String {
         }
         prev = Some(r.offset);
     }
-    unreachable!("line rows refused by line_rows_ok have a problem")
+    // Not reached: a row `line_rows_ok` refused fails one of the tests above. Said whole
+    // rather than a panic.
+    "line rows must be in strictly increasing offset order inside the function, with lines from 1"
+        .into()
 }
 
 /// Validates frame-description rows for a function of `size` bytes.
