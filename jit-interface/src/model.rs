@@ -350,21 +350,28 @@ const MAX_STORED: usize = u32::MAX as usize;
 /// at least one of the at most `MAX_STORED` bytes of text.
 const NO_FILE: u32 = u32::MAX;
 
+/// `Entry::extras` of a function without extras. Never an index: every `Extras` belongs to
+/// one function, and an object has at most `u32::MAX` functions (each name takes at least
+/// one of the at most `MAX_STORED` bytes of text), so indices stay below it.
+const NO_EXTRAS: u32 = u32::MAX;
+
 /// What an object stores for each function besides its share of the object's storage.
 #[derive(Debug, Clone)]
 struct Entry {
     start: u64,
     size: u32,
-    /// Index into `JitObject::files`, or `NO_FILE`.
+    /// Index of the file among the object's files (`JitObject::file_span`), or `NO_FILE`.
     file: u32,
     /// In `JitObject::text`.
     name: Span,
-    /// In `JitObject::rows`.
+    /// In `JitObject::rows`. Empty rows are at 0, so that no span ever points past the rows
+    /// in use when the last rows are replaced in place.
     lines: Span,
     frame: Frame,
-    /// `None` while the function has no blocks, variables or call sites (never an empty box,
-    /// so that equality does not depend on how a function was built).
-    extras: Option<Box<Extras>>,
+    /// Index into `JitObject::extras`, or `NO_EXTRAS` while the function has no blocks,
+    /// variables or call sites (kept out of the entry: most functions have none, and an
+    /// entry without owned extras is cheaper to clone and drop).
+    extras: u32,
 }
 
 /// The parts of a [`Function`] most functions do not have.
@@ -400,7 +407,7 @@ impl PartialEq for Function<'_> {
             && self.file() == other.file()
             && self.lines() == other.lines()
             && self.frame() == other.frame()
-            && self.entry.extras == other.entry.extras
+            && self.extras() == other.extras()
     }
 }
 
@@ -414,7 +421,7 @@ impl std::hash::Hash for Function<'_> {
         self.file().hash(state);
         self.lines().hash(state);
         self.frame().hash(state);
-        self.entry.extras.hash(state);
+        self.extras().hash(state);
     }
 }
 
@@ -443,7 +450,7 @@ impl<'a> Function<'a> {
     }
     /// Source file of the line rows, if any were set.
     pub fn file(&self) -> Option<&'a str> {
-        let span = self.object.files.get(self.entry.file as usize)?;
+        let span = self.object.file_span(self.entry.file)?;
         Some(&self.object.text[span.range()])
     }
     /// Index of the source file among the object's files (`JitObject::file_count`), if any:
@@ -461,15 +468,18 @@ impl<'a> Function<'a> {
     }
     /// Nested blocks; a block's parent comes before it.
     pub fn blocks(&self) -> &'a [Block] {
-        self.entry.extras.as_ref().map_or(&[], |e| &e.blocks)
+        self.extras().map_or(&[], |e| &e.blocks)
     }
     /// Parameters and locals.
     pub fn variables(&self) -> &'a [Variable] {
-        self.entry.extras.as_ref().map_or(&[], |e| &e.variables)
+        self.extras().map_or(&[], |e| &e.variables)
     }
     /// Call sites, in increasing return-offset order.
     pub fn calls(&self) -> &'a [CallSite] {
-        self.entry.extras.as_ref().map_or(&[], |e| &e.calls)
+        self.extras().map_or(&[], |e| &e.calls)
+    }
+    fn extras(&self) -> Option<&'a Extras> {
+        self.object.extras_of(self.entry)
     }
     /// Does the function contain `addr`?
     pub fn contains(&self, addr: u64) -> bool {
@@ -587,64 +597,132 @@ fn text_error(what: &str, s: &str) -> String {
     format!("{what} `{}` contains a NUL byte", s.replace('\0', "\\0"))
 }
 
+/// The errors of `add_function`, in the order its checks name them.
+#[cold]
+#[inline(never)]
+fn add_function_error(name: &str, start: u64, size: u64) -> Error {
+    if let Err(why) = check_text("the name", name) {
+        return Error::BadName(why);
+    }
+    if size == 0 || start.checked_add(size).is_none() {
+        return Error::EmptyOrOverflowingFunction {
+            name: name.into(),
+            start,
+            size,
+        };
+    }
+    if u32::try_from(size).is_err() {
+        return Error::TooLarge(format!(
+            "function `{name}` has {size} bytes; at most 4 GiB per function"
+        ));
+    }
+    too_much_text()
+}
+
+/// The error for an object whose names would take more than `MAX_STORED` bytes.
+#[cold]
+fn too_much_text() -> Error {
+    Error::TooLarge(format!(
+        "the names of one object take more than {MAX_STORED} bytes"
+    ))
+}
+
+/// The error for an object whose line rows would number more than `MAX_STORED`.
+#[cold]
+fn too_many_rows() -> Error {
+    Error::TooLarge(format!(
+        "the line rows of one object number more than {MAX_STORED}"
+    ))
+}
+
+/// Are `a` and `b` the same bytes? For the short names compared for every function (a
+/// file name with the last one): two overlapping words, without a call.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if (8..=16).contains(&n) {
+        let word = |s: &[u8], at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&s[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
+        return (word(a, 0) ^ word(b, 0)) | (word(a, n - 8) ^ word(b, n - 8)) == 0;
+    }
+    a == b
+}
+
 /// Does `b` contain a zero byte? Names are short and checked once per function: eight
 /// bytes at a time without a call beats a general search.
+#[inline]
 fn has_nul(b: &[u8]) -> bool {
     const LOW: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     // The high bit of a byte of the result is set if that byte of x is zero (or, only
     // above a zero byte, 0x01 after a borrow): nonzero exactly when x has a zero byte.
-    let zero_in = |w: &[u8]| {
-        let mut bytes = [0u8; 8];
-        bytes.copy_from_slice(w);
-        let x = u64::from_le_bytes(bytes);
-        x.wrapping_sub(LOW) & !x & HIGH
+    let zero_in = |x: u64| x.wrapping_sub(LOW) & !x & HIGH;
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(w)
     };
-    let Some(last) = b.len().checked_sub(8) else {
+    let n = b.len();
+    if n < 8 {
         return b.iter().fold(false, |any, &c| any | (c == 0));
-    };
-    let mut any = 0;
-    for w in b.chunks_exact(8) {
-        any |= zero_in(w);
     }
     // The last eight bytes, overlapping the words before: they cover the rest.
-    any |= zero_in(&b[last..]);
+    let mut any = zero_in(word(n - 8));
+    let mut at = 0;
+    while at + 8 < n {
+        any |= zero_in(word(at));
+        at += 8;
+    }
     any != 0
 }
 
-/// Validates line rows for a function of `size` bytes.
-fn check_line_rows(rows: &[LineRow], size: u32) -> std::result::Result<(), String> {
-    // One branch-free pass for the usual case of good rows; the loop below names the problem.
+/// Are line rows good for a function of `size` bytes? One branch-free pass for the usual
+/// case of good rows; `line_rows_error` names the problem.
+#[inline]
+fn line_rows_ok(rows: &[LineRow], size: u32) -> bool {
     let mut next = 0u32; // lowest offset the next row may have
     let mut good = true;
     for r in rows {
         good &= (r.offset >= next) & (r.offset < size) & (r.line != 0);
+        // Wraps only for an offset of u32::MAX, which is outside the function.
         next = r.offset.wrapping_add(1);
     }
-    if good {
-        return Ok(());
-    }
+    good
+}
+
+/// What is wrong with line rows `line_rows_ok` refused, for a function of `size` bytes.
+#[cold]
+fn line_rows_error(rows: &[LineRow], size: u32) -> String {
     let mut prev: Option<u32> = None;
     for (i, r) in rows.iter().enumerate() {
         if r.offset >= size {
-            return Err(format!(
+            return format!(
                 "line row {i} at offset {} is outside the function (size {size})",
                 r.offset
-            ));
+            );
         }
         if let Some(p) = prev.filter(|&p| r.offset <= p) {
-            return Err(format!(
+            return format!(
                 "line row {i} at offset {} does not come after row {} at offset {p}: rows must be in strictly increasing offset order",
                 r.offset,
                 i - 1
-            ));
+            );
         }
         if r.line == 0 {
-            return Err(format!("line row {i} has line 0: lines start at 1"));
+            return format!("line row {i} has line 0: lines start at 1");
         }
         prev = Some(r.offset);
     }
-    Ok(())
+    // Not reached: a row `line_rows_ok` refused fails one of the tests above. Said whole
+    // rather than a panic.
+    "line rows must be in strictly increasing offset order inside the function, with lines from 1"
+        .into()
 }
 
 /// Validates frame-description rows for a function of `size` bytes.
@@ -720,19 +798,30 @@ pub struct JitObject {
     text: String,
     /// Line rows of all functions.
     rows: Vec<LineRow>,
-    /// Distinct source file names (in `text`), in order of first use by `set_lines`.
-    files: Vec<Span>,
-    /// Index of every file, once there are more than `SCAN_FILES`.
-    /// (Boxed: an object is kept whole by the registry for every ELF registration, and
-    /// few objects have this many files; a map inline would take 48 bytes of each.)
-    #[allow(clippy::box_collection)]
-    file_index: Option<Box<HashMap<Box<str>, u32>>>,
-    /// The file `set_lines` used last: most runtimes give one file to many functions in a
-    /// row.
+    /// The first source file name (in `text`), if `set_lines` gave one. Most objects have
+    /// one file: kept here, it costs a clone of the object no allocation.
+    first_file: Option<Span>,
+    /// What few objects have, boxed: the registry keeps a clone of every small ELF object,
+    /// so the object itself is kept small, and cloned with few allocations.
+    rare: Option<Box<Rare>>,
+    /// The file `set_lines` used last, and its name in `text` (empty while there is none):
+    /// most runtimes give one file to many functions in a row.
     last_file: u32,
+    last_span: Span,
     /// Set by `merged` if the objects together hold more than `MAX_STORED` bytes of names
     /// or line rows: `validate` refuses the object.
     too_large: bool,
+}
+
+/// The parts of a [`JitObject`] few objects have.
+#[derive(Clone, Default)]
+struct Rare {
+    /// The distinct source file names (in `text`) after the first, in order of first use.
+    more_files: Vec<Span>,
+    /// Blocks, variables and call sites of the functions that have some.
+    extras: Vec<Extras>,
+    /// Index of every file, once there are more than `SCAN_FILES`.
+    file_index: Option<HashMap<Box<str>, u32>>,
 }
 
 /// The emptied storage of an object, for the next object made on the same thread.
@@ -741,7 +830,6 @@ struct Storage {
     entries: Vec<Entry>,
     text: String,
     rows: Vec<LineRow>,
-    files: Vec<Span>,
 }
 
 /// Most bytes of storage a dropped object leaves to the next: one huge object must not
@@ -759,20 +847,17 @@ impl Drop for JitObject {
     fn drop(&mut self) {
         let bytes = self.entries.capacity() * std::mem::size_of::<Entry>()
             + self.text.capacity()
-            + self.rows.capacity() * std::mem::size_of::<LineRow>()
-            + self.files.capacity() * std::mem::size_of::<Span>();
+            + self.rows.capacity() * std::mem::size_of::<LineRow>();
         if bytes > MAX_SPARE {
             return;
         }
         self.entries.clear();
         self.text.clear();
         self.rows.clear();
-        self.files.clear();
         let storage = Storage {
             entries: std::mem::take(&mut self.entries),
             text: std::mem::take(&mut self.text),
             rows: std::mem::take(&mut self.rows),
-            files: std::mem::take(&mut self.files),
         };
         // Nothing is kept by a thread that is exiting.
         let _ = SPARE.try_with(|spare| spare.set(Some(storage)));
@@ -835,16 +920,16 @@ impl JitObject {
             entries,
             text,
             rows,
-            files,
         } = spare.unwrap_or_default();
         JitObject {
             arch,
             entries,
             text,
             rows,
-            files,
-            file_index: None,
-            last_file: 0,
+            first_file: None,
+            rare: None,
+            last_file: NO_FILE,
+            last_span: Span::default(),
             too_large: false,
         }
     }
@@ -862,7 +947,36 @@ impl JitObject {
     /// Number of distinct source files of the object's functions (a bound on
     /// `Function::file_index`).
     pub(crate) fn file_count(&self) -> usize {
-        self.files.len()
+        usize::from(self.first_file.is_some()) + self.more_files().len()
+    }
+
+    /// Where the name of file `i` is (`None` for `NO_FILE`).
+    fn file_span(&self, i: u32) -> Option<Span> {
+        match i {
+            0 => self.first_file,
+            _ => self.more_files().get(i as usize - 1).copied(),
+        }
+    }
+
+    /// The files' names in `text`, in order.
+    fn file_spans(&self) -> impl Iterator<Item = Span> + '_ {
+        self.first_file.iter().chain(self.more_files()).copied()
+    }
+
+    fn more_files(&self) -> &[Span] {
+        self.rare.as_ref().map_or(&[], |r| &r.more_files)
+    }
+
+    /// The extras of `e`, if it has some.
+    fn extras_of(&self, e: &Entry) -> Option<&Extras> {
+        if e.extras == NO_EXTRAS {
+            return None;
+        }
+        self.rare.as_ref()?.extras.get(e.extras as usize)
+    }
+
+    fn rare_mut(&mut self) -> &mut Rare {
+        self.rare.get_or_insert_with(Box::default)
     }
 
     /// Bytes of names and number of line rows the object stores (at least those of its
@@ -891,9 +1005,7 @@ impl JitObject {
     fn push_text(&mut self, s: &str) -> Result<Span> {
         let at = self.text.len();
         if s.len() > MAX_STORED - at {
-            return Err(Error::TooLarge(format!(
-                "the names of one object take more than {MAX_STORED} bytes"
-            )));
+            return Err(too_much_text());
         }
         self.text.push_str(s);
         // Both fit: at + len <= MAX_STORED.
@@ -905,44 +1017,55 @@ impl JitObject {
 
     /// Adds a function occupying `[start, start + size)` and returns its index. Overlaps
     /// between functions are checked when the object is encoded.
+    #[inline]
     pub fn add_function(&mut self, name: &str, start: u64, size: u64) -> Result<FunctionId> {
-        check_text("the name", name).map_err(Error::BadName)?;
-        if size == 0 || start.checked_add(size).is_none() {
-            return Err(Error::EmptyOrOverflowingFunction {
-                name: name.into(),
-                start,
-                size,
-            });
+        let at = self.text.len();
+        // All checks at once; `add_function_error` names the first that fails.
+        let bad = name.is_empty()
+            | has_nul(name.as_bytes())
+            | (size.wrapping_sub(1) >= u64::from(u32::MAX))
+            | start.checked_add(size).is_none()
+            | (name.len() > MAX_STORED - at);
+        if bad {
+            return Err(add_function_error(name, start, size));
         }
-        let size = u32::try_from(size).map_err(|_| {
-            Error::TooLarge(format!(
-                "function `{name}` has {size} bytes; at most 4 GiB per function"
-            ))
-        })?;
-        let name = self.push_text(name)?;
+        self.text.push_str(name);
         self.entries.push(Entry {
             start,
-            size,
+            // Checked above: 0 < size <= u32::MAX, at + len <= MAX_STORED.
+            size: size as u32,
             file: NO_FILE,
-            name,
+            name: Span {
+                at: at as u32,
+                len: name.len() as u32,
+            },
             lines: Span::default(),
             frame: Frame::Default,
-            extras: None,
+            extras: NO_EXTRAS,
         });
         Ok(self.entries.len() - 1)
     }
 
     /// Sets the source file and line rows of function `f` (replacing earlier ones).
     /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
+    #[inline]
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
         // A file the object has is known to be a good name.
-        let known = self.find_file(file);
+        let known = if self.is_last_file(file) {
+            Some(self.last_file)
+        } else if self.first_file.is_none() {
+            None
+        } else {
+            self.find_file(file)
+        };
         if known.is_none() {
             check_text("the file name", file).map_err(Error::BadFileName)?;
         }
-        let e = self.entry(f)?;
-        if let Err(why) = check_line_rows(rows, e.size) {
-            return Err(self.bad_rows(f, why));
+        let Some(e) = self.entries.get(f) else {
+            return Err(Error::NoSuchFunction(f));
+        };
+        if !line_rows_ok(rows, e.size) {
+            return Err(self.bad_line_rows(f, rows));
         }
         // Rows replacing the last rows stored take their place.
         let old = e.lines;
@@ -952,73 +1075,110 @@ impl JitObject {
             self.rows.len()
         };
         if rows.len() > MAX_STORED - at {
-            return Err(Error::TooLarge(format!(
-                "the line rows of one object number more than {MAX_STORED}"
-            )));
+            return Err(too_many_rows());
         }
         let file = match known {
             Some(i) => i,
             None => self.add_file(file)?,
         };
-        self.last_file = file;
         self.rows.truncate(at);
         self.rows.extend_from_slice(rows);
         let e = &mut self.entries[f];
         e.file = file;
         // Both fit: at + len <= MAX_STORED.
         e.lines = Span {
-            at: at as u32,
+            at: if rows.is_empty() { 0 } else { at as u32 },
             len: rows.len() as u32,
         };
         Ok(())
     }
 
-    /// Index of `file` among the object's files, if it is one of them.
+    /// Is `file` the file `set_lines` used last?
     #[inline]
-    fn find_file(&self, file: &str) -> Option<u32> {
+    fn is_last_file(&self, file: &str) -> bool {
+        let last = self.last_span;
+        // An empty span: no file yet (a file's name is never empty).
+        last.len != 0
+            && self
+                .text
+                .as_bytes()
+                .get(last.range())
+                .is_some_and(|name| same_bytes(name, file.as_bytes()))
+    }
+
+    /// The error for rows `line_rows_ok` refused.
+    #[cold]
+    #[inline(never)]
+    fn bad_line_rows(&self, f: FunctionId, rows: &[LineRow]) -> Error {
+        self.bad_rows(f, line_rows_error(rows, self.entries[f].size))
+    }
+
+    /// Index of `file` among the object's files, if it is one of them, and makes it the
+    /// last file used.
+    #[inline(never)]
+    fn find_file(&mut self, file: &str) -> Option<u32> {
         // As bytes: spans are on character boundaries anyway.
-        let name = |s: Span| self.text.as_bytes().get(s.range());
-        let file_bytes = Some(file.as_bytes());
-        if let Some(&s) = self.files.get(self.last_file as usize) {
-            if name(s) == file_bytes {
-                return Some(self.last_file);
-            }
-        }
-        match &self.file_index {
+        let text = self.text.as_bytes();
+        let found = match self.rare.as_ref().and_then(|r| r.file_index.as_ref()) {
             Some(index) => index.get(file).copied(),
             // At most `SCAN_FILES` files.
             None => (0..)
-                .zip(&self.files)
-                .find(|&(_, &s)| name(s) == file_bytes)
+                .zip(self.file_spans())
+                .find(|&(_, s)| text.get(s.range()) == Some(file.as_bytes()))
                 .map(|(i, _)| i),
+        };
+        if let Some(i) = found {
+            self.last_file = i;
+            self.last_span = self.file_span(i).unwrap_or_default();
         }
+        found
     }
 
-    /// Adds `file` (not one of the object's files yet) to the files; returns its index.
+    /// Adds `file` (not one of the object's files yet) to the files, makes it the last
+    /// file used and returns its index.
+    #[inline(never)]
     fn add_file(&mut self, file: &str) -> Result<u32> {
         let span = self.push_text(file)?;
-        // Below NO_FILE: every file has bytes of text of its own.
-        let i = self.files.len() as u32;
-        self.files.push(span);
+        let i = self.push_file(span);
         self.index_file(file, i);
         Ok(i)
     }
 
+    /// Appends the file named at `span` to the files, as the last file used; returns its
+    /// index.
+    fn push_file(&mut self, span: Span) -> u32 {
+        // Below NO_FILE: every file has bytes of text of its own.
+        let i = self.file_count() as u32;
+        if self.first_file.is_none() {
+            self.first_file = Some(span);
+        } else {
+            self.rare_mut().more_files.push(span);
+        }
+        self.last_file = i;
+        self.last_span = span;
+        i
+    }
+
     /// Enters `file`, file `i`, in the index once there are too many files to scan.
     fn index_file(&mut self, file: &str, i: u32) {
-        if self.files.len() <= SCAN_FILES {
+        if self.file_count() <= SCAN_FILES {
             return;
         }
-        let (text, files) = (&self.text, &self.files);
-        let index = self.file_index.get_or_insert_with(|| {
-            Box::new(
-                (0..)
-                    .zip(files)
+        let index = match self.rare.as_ref().and_then(|r| r.file_index.as_ref()) {
+            Some(_) => None,
+            None => {
+                let text = &self.text;
+                let index: HashMap<Box<str>, u32> = (0..)
+                    .zip(self.file_spans())
                     .map(|(i, s)| (Box::from(&text[s.range()]), i))
-                    .collect(),
-            )
-        });
-        index.insert(file.into(), i);
+                    .collect();
+                Some(index)
+            }
+        };
+        let rare = self.rare_mut();
+        rare.file_index
+            .get_or_insert_with(|| index.unwrap_or_default())
+            .insert(file.into(), i);
     }
 
     /// Sets explicit frame-description rows for function `f`.
@@ -1033,27 +1193,51 @@ impl JitObject {
 
     /// Describes function `f` as a standard frame-pointer function: `push_end` is the offset
     /// just after `push rbp`, `setup_end` just after `mov rbp, rsp`.
+    #[inline]
     pub fn set_frame_pointer(
         &mut self,
         f: FunctionId,
         push_end: u32,
         setup_end: u32,
     ) -> Result<()> {
-        let size = self.entry(f)?.size;
-        if push_end == 0 || setup_end < push_end || setup_end >= size {
-            return Err(self.bad_rows(
-                f,
-                format!(
-                    "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({size})"
-                ),
-            ));
-        }
-        self.entries[f].frame = Frame::FramePointer {
-            push_end,
-            setup_end,
-            epilogues: Vec::new(),
+        let Some(e) = self.entries.get_mut(f) else {
+            return Err(Error::NoSuchFunction(f));
         };
+        if push_end == 0 || setup_end < push_end || setup_end >= e.size {
+            return Err(self.bad_prologue(f, push_end, setup_end));
+        }
+        match &mut e.frame {
+            // Its epilogues' storage is kept for the new ones.
+            Frame::FramePointer {
+                push_end: p,
+                setup_end: s,
+                epilogues,
+            } => {
+                (*p, *s) = (push_end, setup_end);
+                epilogues.clear();
+            }
+            frame => {
+                *frame = Frame::FramePointer {
+                    push_end,
+                    setup_end,
+                    epilogues: Vec::new(),
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// The error for prologue offsets `set_frame_pointer` refused.
+    #[cold]
+    #[inline(never)]
+    fn bad_prologue(&self, f: FunctionId, push_end: u32, setup_end: u32) -> Error {
+        let size = self.entries[f].size;
+        self.bad_rows(
+            f,
+            format!(
+                "frame-pointer prologue offsets push_end {push_end}, setup_end {setup_end} must satisfy 0 < push_end <= setup_end < size ({size})"
+            ),
+        )
     }
 
     /// Adds an epilogue to a frame-pointer function (after [`Self::set_frame_pointer`]):
@@ -1247,7 +1431,15 @@ impl JitObject {
 
     /// The extras of function `f` (which exists), created if it had none.
     fn extras_mut(&mut self, f: FunctionId) -> &mut Extras {
-        self.entries[f].extras.get_or_insert_with(Box::default)
+        let mut at = self.entries[f].extras;
+        let rare = self.rare.get_or_insert_with(Box::default);
+        if at == NO_EXTRAS {
+            // Below NO_EXTRAS: see there.
+            at = rare.extras.len() as u32;
+            rare.extras.push(Extras::default());
+            self.entries[f].extras = at;
+        }
+        &mut rare.extras[at as usize]
     }
 
     /// Checks what can only be checked on the whole object: it has functions, they do not
@@ -1327,37 +1519,56 @@ impl JitObject {
             out.rows.extend_from_slice(&o.rows);
             // Both fit in 32 bits, as does every offset into them.
             let (text_at, rows_at) = (text_at as u32, rows_at as u32);
-            let files: &mut [u32] = if o.files.len() <= few.len() {
-                &mut few[..o.files.len()]
+            let count = o.file_count();
+            let files: &mut [u32] = if count <= few.len() {
+                &mut few[..count]
             } else {
-                many.resize(o.files.len(), NO_FILE);
+                many.resize(count, NO_FILE);
                 &mut many
             };
-            for (slot, &s) in files.iter_mut().zip(&o.files) {
+            for (slot, s) in files.iter_mut().zip(o.file_spans()) {
                 let name = &o.text[s.range()];
-                *slot = out.find_file(name).unwrap_or_else(|| {
-                    // The name is in the copied text already: share it.
-                    let i = out.files.len() as u32;
-                    out.files.push(Span {
-                        at: text_at + s.at,
-                        ..s
-                    });
-                    out.index_file(name, i);
-                    i
+                *slot = match out.find_file(name) {
+                    Some(i) => i,
+                    None => {
+                        // The name is in the copied text already: share it.
+                        let i = out.push_file(Span {
+                            at: text_at + s.at,
+                            ..s
+                        });
+                        out.index_file(name, i);
+                        i
+                    }
+                };
+            }
+            for e in &o.entries {
+                let extras = match o.extras_of(e) {
+                    Some(x) => {
+                        let rare = out.rare_mut();
+                        rare.extras.push(x.clone());
+                        (rare.extras.len() - 1) as u32
+                    }
+                    None => NO_EXTRAS,
+                };
+                out.entries.push(Entry {
+                    name: Span {
+                        at: text_at + e.name.at,
+                        ..e.name
+                    },
+                    lines: Span {
+                        // Empty rows stay at 0.
+                        at: if e.lines.len == 0 {
+                            0
+                        } else {
+                            rows_at + e.lines.at
+                        },
+                        ..e.lines
+                    },
+                    file: files.get(e.file as usize).copied().unwrap_or(NO_FILE),
+                    extras,
+                    ..e.clone()
                 });
             }
-            out.entries.extend(o.entries.iter().map(|e| Entry {
-                name: Span {
-                    at: text_at + e.name.at,
-                    ..e.name
-                },
-                lines: Span {
-                    at: rows_at + e.lines.at,
-                    ..e.lines
-                },
-                file: files.get(e.file as usize).copied().unwrap_or(NO_FILE),
-                ..e.clone()
-            }));
         }
         out
     }
@@ -1549,6 +1760,45 @@ mod tests {
         let rebuilt = object_with(&[&[5, 6], &[7], &[9, 10, 11]], &["a.js", "b.js", "a.js"]);
         assert_eq!(rebuilt, want);
         assert_eq!(rebuilt.file_count(), 2);
+    }
+
+    #[test]
+    fn replacing_the_last_rows_leaves_empty_rows_of_others_in_place() {
+        let row = |offset, line| LineRow { offset, line };
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 16).unwrap();
+        o.set_lines(f, "a.js", &[row(0, 1), row(4, 2), row(8, 3)])
+            .unwrap();
+        let g = o.add_function("g", 0x1010, 16).unwrap();
+        o.set_lines(g, "a.js", &[]).unwrap();
+        // f's rows are still the last stored: replaced in place by fewer.
+        o.set_lines(f, "b.js", &[row(0, 5)]).unwrap();
+        let (f, g) = (o.functions().get(f).unwrap(), o.functions().get(g).unwrap());
+        assert_eq!((f.lines(), f.file()), (&[row(0, 5)][..], Some("b.js")));
+        assert_eq!((g.lines(), g.file()), (&[][..], Some("a.js")));
+    }
+
+    #[test]
+    fn clones_keep_files_and_extras() {
+        let files: Vec<String> = (0..12).map(|i| format!("c{i}.js")).collect();
+        let names: Vec<&str> = files.iter().map(String::as_str).collect();
+        let rows: Vec<&[u32]> = vec![&[3]; 12];
+        let mut o = object_with(&rows, &names);
+        o.add_block(5, "inner", 2, 6, None).unwrap();
+        o.add_call_site(7, 4, CallTarget::Indirect).unwrap();
+        let c = o.clone();
+        assert_eq!(c, o);
+        assert_eq!(c.file_count(), 12);
+        assert_eq!(c.functions().get(5).unwrap().blocks()[0].name, "inner");
+        assert_eq!(c.functions().get(7).unwrap().calls().len(), 1);
+        assert!(c.functions().get(6).unwrap().calls().is_empty());
+        // The clone finds its files again (through its own index).
+        let mut c = c;
+        let f = c.add_function("late", 0x2000, 16).unwrap();
+        c.set_lines(f, "c3.js", &[LineRow { offset: 0, line: 1 }])
+            .unwrap();
+        assert_eq!(c.file_count(), 12);
+        assert_eq!(c.functions().get(f).unwrap().file_index(), Some(3));
     }
 
     #[test]
