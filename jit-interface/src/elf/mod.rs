@@ -76,10 +76,11 @@ fn encode_layout(
     // Small objects are what runtimes register one by one, each a GDB stop: an index spares
     // GDB reading their DWARF at the stop. Large ones would pay ~50 bytes + name per
     // function for it, and are registered rarely.
-    let index = if layout.functions.len() <= INDEXED_FUNCTIONS {
-        gdb_index::build(layout, &debug.info)?
+    let index: &[u8] = if layout.functions.len() <= INDEXED_FUNCTIONS {
+        gdb_index::build(layout, &debug.info, &mut scratch.index)?;
+        &scratch.index.index
     } else {
-        Vec::new()
+        &[]
     };
     let sections = [
         writer::DataSection {
@@ -104,7 +105,7 @@ fn encode_layout(
         },
         writer::DataSection {
             name: b".gdb_index",
-            data: &index,
+            data: index,
         },
     ];
     Ok(writer::write(layout, &sections))
