@@ -50,9 +50,9 @@ fn encode_with(
     objects: &[&JitObject],
     scratch: &mut scratch::Scratch,
 ) -> Result<Vec<u8>> {
-    let layout = layout::Layout::new(objects, std::mem::take(&mut scratch.layout))?;
+    let layout = layout::Layout::new(objects, &mut scratch.layout)?;
     let out = encode_layout(arch, &layout, scratch);
-    scratch.layout = layout.into_parts();
+    layout.into_parts(&mut scratch.layout);
     out
 }
 
@@ -84,27 +84,27 @@ fn encode_layout(
     };
     let sections = [
         writer::DataSection {
-            name: b".debug_info",
+            name: &writer::DEBUG_INFO,
             data: &debug.info,
         },
         writer::DataSection {
-            name: b".debug_abbrev",
+            name: &writer::DEBUG_ABBREV,
             data: &debug.abbrev,
         },
         writer::DataSection {
-            name: b".debug_line",
+            name: &writer::DEBUG_LINE,
             data: &debug.line,
         },
         writer::DataSection {
-            name: b".debug_ranges",
+            name: &writer::DEBUG_RANGES,
             data: &debug.ranges,
         },
         writer::DataSection {
-            name: b".debug_frame",
+            name: &writer::DEBUG_FRAME,
             data: &scratch.cfi.frame,
         },
         writer::DataSection {
-            name: b".gdb_index",
+            name: &writer::GDB_INDEX,
             data: index,
         },
     ];
