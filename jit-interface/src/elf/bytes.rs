@@ -93,6 +93,11 @@ impl<const N: usize> Small<N> {
     }
 
     #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
     pub fn append_to(&self, out: &mut Vec<u8>) {
         extend_small(out, &self.bytes, self.len);
     }

@@ -87,6 +87,10 @@ pub(super) fn build(layout: &Layout<'_>, info: &[u8], parts: &mut Parts) -> Resu
         name_of,
     } = parts;
     let n = layout.functions.len();
+    if n == 1 {
+        one_function(layout, info, out);
+        return Ok(());
+    }
     // One slot per function name, a third more slots than names at least (a name defined
     // in several units gets one vector listing them all).
     let slots = (n + n / 3 + 1).next_power_of_two().max(2);
@@ -208,6 +212,41 @@ pub(super) fn build(layout: &Layout<'_>, info: &[u8], parts: &mut Parts) -> Resu
         field.copy_from_slice(&v.to_le_bytes());
     }
     Ok(())
+}
+
+/// The index of one function (what runtimes register one by one): one unit, one address
+/// range (the unit's only run), two slots, one unit vector; what `build` writes then, at
+/// offsets known in advance.
+fn one_function(layout: &Layout<'_>, info: &[u8], out: &mut Vec<u8>) {
+    const UNITS: u32 = HEADER as u32;
+    const ADDRESSES: u32 = UNITS + 16;
+    const TABLE: u32 = ADDRESSES + 20;
+    const POOL: u32 = TABLE + 16;
+    let name = layout.function(0).name_bytes();
+    let unit_len = u32::from_le_bytes(info[..4].try_into().expect("4 bytes")) + 4;
+    let run = &layout.runs[0];
+    let mut index = [0u8; POOL as usize + 8];
+    let mut put = |at: u32, bytes: &[u8]| {
+        index[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+    };
+    let header = [VERSION, UNITS, ADDRESSES, ADDRESSES, TABLE, POOL];
+    for (at, v) in (0..).step_by(4).zip(header) {
+        put(at, &v.to_le_bytes());
+    }
+    // Unit 0 at offset 0; its range; the name's slot (the other is empty): the name after
+    // its vector, which lists unit 0.
+    put(UNITS + 8, &u64::from(unit_len).to_le_bytes());
+    put(ADDRESSES, &run.start.to_le_bytes());
+    put(ADDRESSES + 8, &run.end.to_le_bytes());
+    let slot = TABLE + 8 * (hash(name) & 1);
+    put(slot, &8u32.to_le_bytes());
+    put(POOL, &1u32.to_le_bytes());
+    put(POOL + 4, &KIND_FUNCTION.to_le_bytes());
+    out.clear();
+    out.reserve(index.len() + name.len() + 1);
+    out.extend_from_slice(&index);
+    out.extend_from_slice(name);
+    out.push(0);
 }
 
 #[cfg(test)]
