@@ -877,14 +877,12 @@ impl Lines<'_> {
             start + u64::from(first.offset),
             first.line.into(),
         );
-        // Each chunk of rows with the row before it.
-        let mut at = 0;
-        while at + 1 < rows.len() {
-            let window = &rows[at..rows.len().min(at + 1 + ROW_CHUNK)];
+        let mut prev = *first;
+        for chunk in rows[1..].chunks(ROW_CHUNK) {
             let mut ops = [0u8; ROW_CHUNK];
-            let mut special = true;
-            for (op, pair) in ops.iter_mut().zip(window.windows(2)) {
-                let (prev, r) = (pair[0], pair[1]);
+            // Bits 8 and up stay clear while every row is one special opcode.
+            let mut wide = 0u64;
+            for (op, r) in ops.iter_mut().zip(chunk) {
                 // Offsets increase: the step is below 2^32, and the code does not wrap
                 // when the line step fits.
                 let step = u64::from(r.offset - prev.offset);
@@ -894,15 +892,17 @@ impl Lines<'_> {
                 let code = l
                     .wrapping_add(LINE_RANGE * step)
                     .wrapping_add(u64::from(OPCODE_BASE));
-                // What `row` writes as one special opcode.
-                special &= (l < LINE_RANGE) & (code <= 255);
+                // What `row` writes as one special opcode: `l < LINE_RANGE`, which is
+                // `l` and `l + 2` both below 16 (a line step back wraps `l` far above;
+                // shifted, it keeps bits above 35), and `code <= 255`.
+                const _: () = assert!(LINE_RANGE + 2 == 16);
+                wide |= ((l | l.wrapping_add(2)) << 4) | code;
                 *op = code as u8;
+                prev = *r;
             }
-            let chunk = &window[1..];
-            if special {
+            if wide <= 255 {
                 extend_small(self.out, &ops, chunk.len());
-                let last = chunk[chunk.len() - 1];
-                (self.address, self.line) = (start + u64::from(last.offset), last.line.into());
+                (self.address, self.line) = (start + u64::from(prev.offset), prev.line.into());
             } else {
                 for r in chunk {
                     row(
@@ -913,7 +913,6 @@ impl Lines<'_> {
                     );
                 }
             }
-            at += chunk.len();
         }
     }
 
