@@ -1071,6 +1071,36 @@ mod tests {
         assert_eq!(p.lines(), want);
     }
 
+    /// Lines far apart in both directions, near 0 and near `u32::MAX`: steps that wrap
+    /// around 32 bits to small ones must not pass for small steps.
+    #[test]
+    fn line_steps_across_32_bits() {
+        let max = u32::MAX;
+        let functions: [&[u32]; 6] = [
+            &[max, 2],
+            &[1, max - 3],
+            &[2, max - 2, 3],
+            &[max - 1, max, 1, 2],
+            &[(1 << 31) - 2, 1 << 31, (1 << 31) + 3],
+            &[5, 3, 9],
+        ];
+        let mut o = JitObject::new();
+        let mut want = Vec::new();
+        for (i, lines) in functions.iter().enumerate() {
+            let start = 0x1000 + 0x100 * i as u64;
+            let f = o.add_function(&format!("f{i}"), start, 0x100).unwrap();
+            let steps: Vec<(u32, u32)> = (0..).zip(lines.iter().copied()).collect();
+            o.set_lines(f, "far.js", &rows(&steps)).unwrap();
+            want.extend(
+                steps
+                    .iter()
+                    .map(|&(offset, l)| line("far.js", start + u64::from(offset), Some(l.into()))),
+            );
+        }
+        want.push(line("far.js", 0x1600, None));
+        assert_eq!(Parsed::encode(&o).lines(), want);
+    }
+
     #[test]
     fn a_file_without_rows_gets_a_unit_without_lines() {
         let mut o = JitObject::new();
