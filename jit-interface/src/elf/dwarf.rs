@@ -808,20 +808,22 @@ fn row(out: &mut Vec<u8>, (current, current_line): (&mut u64, &mut u64), address
             line_step = 0;
         }
         let l = (line_step - LINE_BASE) as u64;
-        let max_step = (255 - u64::from(OPCODE_BASE) - l) / LINE_RANGE;
-        let mut step = step;
-        if step > max_step {
-            if step >= CONST_ADD_PC && step - CONST_ADD_PC <= max_step {
-                ops |= u64::from(dw::DW_LNS_const_add_pc.0) << (8 * n);
-                n += 1;
-                step -= CONST_ADD_PC;
-            } else {
-                ops |= (u64::from(dw::DW_LNS_advance_pc.0) | step << 8) << (8 * n);
-                n += 2;
-                step = 0;
-            }
-        }
-        ops |= (l + LINE_RANGE * step + u64::from(OPCODE_BASE)) << (8 * n);
+        // `step` fits a special opcode if this is at most 255; `step - CONST_ADD_PC` does
+        // if that less the address advance of `DW_LNS_const_add_pc` is.
+        let code = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
+        const CONST_ADD_PC_CODES: u64 = LINE_RANGE * CONST_ADD_PC;
+        let code = if code <= 255 {
+            code
+        } else if step >= CONST_ADD_PC && code - CONST_ADD_PC_CODES <= 255 {
+            ops |= u64::from(dw::DW_LNS_const_add_pc.0) << (8 * n);
+            n += 1;
+            code - CONST_ADD_PC_CODES
+        } else {
+            ops |= (u64::from(dw::DW_LNS_advance_pc.0) | step << 8) << (8 * n);
+            n += 2;
+            l + u64::from(OPCODE_BASE)
+        };
+        ops |= code << (8 * n);
         extend_small(out, &ops.to_le_bytes(), n + 1);
         return;
     }
