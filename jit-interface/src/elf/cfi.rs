@@ -144,7 +144,7 @@ impl<'f> Rows<'f, '_> {
             self.of = None;
             return Ok((rows, false));
         }
-        let same = matches!(self.of, Some((frame, size)) if size == f.size() && (std::ptr::eq(frame, f.frame()) || frame == f.frame()));
+        let same = matches!(self.of, Some((frame, size)) if size == f.size() && same_frame(frame, f.frame()));
         if !same {
             f.frame().rows_into(arch, f.size().into(), self.rows);
             // Rows made from a description the model checked (offsets inside the function,
@@ -153,6 +153,32 @@ impl<'f> Rows<'f, '_> {
             self.of = Some((f.frame(), f.size()));
         }
         Ok((self.rows, same))
+    }
+}
+
+/// `a == b`, first for the usual description of JIT code, without a call to compare the
+/// epilogues (there are few).
+#[inline(always)]
+fn same_frame(a: &Frame, b: &Frame) -> bool {
+    match (a, b) {
+        (
+            Frame::FramePointer {
+                push_end,
+                setup_end,
+                epilogues,
+            },
+            Frame::FramePointer {
+                push_end: push_end_b,
+                setup_end: setup_end_b,
+                epilogues: epilogues_b,
+            },
+        ) => {
+            push_end == push_end_b
+                && setup_end == setup_end_b
+                && epilogues.len() == epilogues_b.len()
+                && epilogues.iter().zip(epilogues_b).all(|(e, f)| e == f)
+        }
+        _ => std::ptr::eq(a, b) || a == b,
     }
 }
 
@@ -250,7 +276,7 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
                 && size == f.size()
                 && repeat.rows_are_previous
                 && repeat.key == Some((fde.state, f.start() - fde.loc, true))
-                && (std::ptr::eq(frame, f.frame()) || frame == f.frame())
+                && same_frame(frame, f.frame())
             {
                 if fde.functions == 1 {
                     out.insert(fde.body, dw::DW_CFA_remember_state.0);
