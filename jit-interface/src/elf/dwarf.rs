@@ -867,8 +867,8 @@ impl Lines<'_> {
     /// Appends the rows of the function at `start`. The first moves from wherever the
     /// program is; the others step within the function, and the usual step is one special
     /// opcode: those are computed for up to [`ROW_CHUNK`] rows at a time in a loop without
-    /// branches (nothing carried from row to row), and appended at once if all are; if
-    /// not, that chunk's rows are written one by one.
+    /// branches (which the compiler runs on several rows at once), and appended at once if
+    /// all are; if not, that chunk's rows are written one by one.
     fn rows(&mut self, start: u64, rows: &[LineRow]) {
         let Some(first) = rows.first() else {
             return;
