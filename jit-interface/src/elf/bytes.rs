@@ -75,6 +75,88 @@ pub(super) fn extend_small<const N: usize>(out: &mut Vec<u8>, bytes: &[u8; N], l
     out.truncate(end);
 }
 
+/// Up to `N` bytes put together on the stack, then appended at once with [`extend_small`]:
+/// an entry of several fields costs one check of the vector's capacity, not one per field.
+/// Holds what its user counted: more than `N` bytes is a bug (a panic).
+pub(super) struct Small<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Small<N> {
+    #[inline(always)]
+    pub fn new() -> Self {
+        Small {
+            bytes: [0; N],
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    #[inline(always)]
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        extend_small(out, &self.bytes, self.len);
+    }
+
+    #[inline(always)]
+    fn put<const M: usize>(&mut self, b: [u8; M]) {
+        self.bytes[self.len..self.len + M].copy_from_slice(&b);
+        self.len += M;
+    }
+}
+
+impl<const N: usize> Put for Small<N> {
+    #[inline(always)]
+    fn u8(&mut self, v: u8) {
+        self.put([v]);
+    }
+    #[inline(always)]
+    fn u16(&mut self, v: u16) {
+        self.put(v.to_le_bytes());
+    }
+    #[inline(always)]
+    fn u32(&mut self, v: u32) {
+        self.put(v.to_le_bytes());
+    }
+    #[inline(always)]
+    fn u64(&mut self, v: u64) {
+        self.put(v.to_le_bytes());
+    }
+    #[inline(always)]
+    fn uleb(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.u8(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.u8(v as u8);
+    }
+    #[inline(always)]
+    fn sleb(&mut self, mut v: i64) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
+                self.u8(byte);
+                return;
+            }
+            self.u8(byte | 0x80);
+        }
+    }
+    fn cstr(&mut self, s: &str) {
+        for &b in s.as_bytes() {
+            self.u8(b);
+        }
+        self.u8(0);
+    }
+    fn patch_u32(&mut self, at: usize, v: u32) {
+        self.bytes[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    }
+}
+
 /// `n` as a 32-bit DWARF offset or length, or an error naming `what`.
 pub(super) fn offset32(n: usize, what: &str) -> Result<u32> {
     u32::try_from(n).map_err(|_| {

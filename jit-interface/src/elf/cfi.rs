@@ -12,7 +12,7 @@
 
 use gimli::constants as dw;
 
-use super::bytes::{extend_small, patch_length, Put};
+use super::bytes::{extend_small, patch_length, Put, Small};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
@@ -35,8 +35,13 @@ fn cfa_register(base: CfaBase) -> u8 {
     }
 }
 
+/// Most bytes of a transition (with `DW_CFA_restore_state` and `DW_CFA_remember_state`
+/// before it): `DW_CFA_def_cfa` and `DW_CFA_offset` with 32-bit operands.
+const TRANSITION: usize = 2 + 1 + 1 + 5 + 1 + 5;
+
 /// Appends the instructions that turn the rule set `prev` into `next`.
-fn transition(prev: &UnwindRow, next: &UnwindRow, out: &mut Vec<u8>) {
+#[inline(always)]
+fn transition(prev: &UnwindRow, next: &UnwindRow, out: &mut impl Put) {
     let (reg, offset) = (cfa_register(next.cfa_base), next.cfa_offset);
     // Validated rows have CFA offsets of 8 or more, so they encode unsigned.
     let offset = offset as u64;
@@ -93,14 +98,12 @@ fn advance(delta: u64, out: &mut Vec<u8>) {
 pub(super) struct Parts {
     pub frame: Vec<u8>,
     /// The CIE, the same in every payload.
-    cie: Vec<u8>,
+    cie: Option<[u8; CIE_LEN]>,
     rows: Vec<UnwindRow>,
     first_rows: Vec<UnwindRow>,
     /// Of the two [`Repeat`]s.
     repeat_rows: [Vec<UnwindRow>; 2],
     repeat_bytes: [Vec<u8>; 2],
-    step: Vec<u8>,
-    reset: Vec<u8>,
 }
 
 impl Parts {
@@ -108,8 +111,6 @@ impl Parts {
     pub fn bytes(&self) -> usize {
         self.frame.capacity()
             + self.repeat_bytes.iter().map(Vec::capacity).sum::<usize>()
-            + self.step.capacity()
-            + self.reset.capacity()
             + (self.rows.capacity()
                 + self.first_rows.capacity()
                 + self.repeat_rows.iter().map(Vec::capacity).sum::<usize>())
@@ -143,7 +144,7 @@ impl<'f> Rows<'f, '_> {
             self.of = None;
             return Ok((rows, false));
         }
-        let same = matches!(self.of, Some((frame, size)) if size == f.size() && (std::ptr::eq(frame, f.frame()) || frame == f.frame()));
+        let same = matches!(self.of, Some((frame, size)) if size == f.size() && same_frame(frame, f.frame()));
         if !same {
             f.frame().rows_into(arch, f.size().into(), self.rows);
             // Rows made from a description the model checked (offsets inside the function,
@@ -155,6 +156,32 @@ impl<'f> Rows<'f, '_> {
     }
 }
 
+/// `a == b`, first for the usual description of JIT code, without a call to compare the
+/// epilogues (there are few).
+#[inline(always)]
+fn same_frame(a: &Frame, b: &Frame) -> bool {
+    match (a, b) {
+        (
+            Frame::FramePointer {
+                push_end,
+                setup_end,
+                epilogues,
+            },
+            Frame::FramePointer {
+                push_end: push_end_b,
+                setup_end: setup_end_b,
+                epilogues: epilogues_b,
+            },
+        ) => {
+            push_end == push_end_b
+                && setup_end == setup_end_b
+                && epilogues.len() == epilogues_b.len()
+                && epilogues.iter().zip(epilogues_b).all(|(e, f)| e == f)
+        }
+        _ => std::ptr::eq(a, b) || a == b,
+    }
+}
+
 /// Pads the entry that started at `start` with `DW_CFA_nop` to a multiple of the address
 /// size, as the DWARF standard asks, and patches its length.
 fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
@@ -163,6 +190,9 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
     }
     patch_length(out, start, ".debug_frame")
 }
+
+/// Size of the CIE.
+const CIE_LEN: usize = 24;
 
 /// Writes the CIE every FDE refers to: version 1 (what every debugger reads; GCC emits it
 /// too), no augmentation, code offsets in bytes, stack offsets factored by -8, and the
@@ -195,8 +225,6 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
         first_rows,
         repeat_rows,
         repeat_bytes,
-        step,
-        reset,
     } = parts;
     let functions = &layout.functions;
     out.clear();
@@ -204,9 +232,14 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
     out.reserve(32 + functions.len() * 16 + functions.len() / 2);
 
     // The CIE, at offset 0 (made once per thread).
-    if cie.is_empty() {
-        write_cie(cie)?;
-    }
+    let cie = match cie {
+        Some(cie) => cie,
+        None => {
+            let mut bytes = Vec::new();
+            write_cie(&mut bytes)?;
+            cie.insert(bytes.try_into().expect("CIE_LEN bytes"))
+        }
+    };
     out.extend_from_slice(cie);
     let entry = UnwindRow::X86_64_ENTRY;
 
@@ -243,7 +276,7 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
                 && size == f.size()
                 && repeat.rows_are_previous
                 && repeat.key == Some((fde.state, f.start() - fde.loc, true))
-                && (std::ptr::eq(frame, f.frame()) || frame == f.frame())
+                && same_frame(frame, f.frame())
             {
                 if fde.functions == 1 {
                     out.insert(fde.body, dw::DW_CFA_remember_state.0);
@@ -281,7 +314,10 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
                     fde.finish(out)?;
                 }
                 first_rows.clear();
-                first_rows.extend_from_slice(rows);
+                // (Only functions after this one look at them.)
+                if i + 1 < functions.len() {
+                    first_rows.extend_from_slice(rows);
+                }
                 let at = out.len();
                 out.u32(0);
                 // CIE pointer: the offset of the CIE in the section.
@@ -319,23 +355,23 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
         } else {
             let (begin, loc) = (out.len(), fde.loc);
             for (n, row) in rows.iter().enumerate() {
-                step.clear();
-                transition(&fde.state, row, step);
+                let mut step = Small::<TRANSITION>::new();
+                transition(&fde.state, row, &mut step);
                 if n == 0 && fde.functions > 0 {
                     // Either from the previous function's last rules, or back to the entry
                     // state (and keep it again) and from there: whichever is shorter.
-                    reset.clear();
+                    let mut reset = Small::<TRANSITION>::new();
                     reset.u8(dw::DW_CFA_restore_state.0);
                     reset.u8(dw::DW_CFA_remember_state.0);
-                    transition(&entry, row, reset);
+                    transition(&entry, row, &mut reset);
                     if reset.len() < step.len() {
-                        std::mem::swap(step, reset);
+                        step = reset;
                     }
                 }
-                if !step.is_empty() {
+                if step.len() > 0 {
                     let addr = f.start() + u64::from(row.offset);
                     advance(addr - fde.loc, out);
-                    out.extend_from_slice(step);
+                    step.append_to(out);
                     fde.loc = addr;
                 }
                 fde.state = *row;

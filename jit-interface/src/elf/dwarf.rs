@@ -29,8 +29,8 @@ use gimli::constants::{DwAt, DwForm, DwTag};
 
 use std::collections::HashMap;
 
-use super::bytes::{extend_small, offset32, patch_length, Put};
-use super::layout::{adjacent_ranges, neighbours, Layout, Unit, NO_FILE_UNIT};
+use super::bytes::{extend_small, offset32, patch_length, Put, Small};
+use super::layout::{adjacent_ranges, Layout, Unit, MAX_PADDING, NO_FILE_UNIT};
 use crate::error::Result;
 use crate::model::{
     Arch, BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind,
@@ -66,6 +66,8 @@ const LINE_HEADER: [u8; 29] = {
     // h[28] = 0: no include directories.
     h
 };
+/// Rows of a function whose special opcodes are computed together (see `Lines::rows`).
+const ROW_CHUNK: usize = 16;
 /// Address advance of `DW_LNS_const_add_pc`: that of special opcode 255.
 const CONST_ADD_PC: u64 = (255 - OPCODE_BASE as u64) / LINE_RANGE;
 
@@ -581,11 +583,13 @@ fn subprogram(info: &mut Info, f: &Function, name: u32, types: &TypeOffsets) -> 
         Abbrev::SubprogramWithChildren
     };
     info.used[abbrev as usize - 1] = true;
-    // Code (below 128: one byte of ULEB128), name, address, size.
-    info.out.u8(abbrev as u8);
-    info.out.u32(name);
-    info.out.u64(f.start());
-    info.out.uleb(f.size().into());
+    // Code (below 128: one byte of ULEB128), name, address, size (at most 5 bytes).
+    let mut entry = Small::<24>::new();
+    entry.u8(abbrev as u8);
+    entry.u32(name);
+    entry.u64(f.start());
+    entry.uleb(f.size().into());
+    entry.append_to(info.out);
     if !children {
         return Ok(false);
     }
@@ -713,7 +717,7 @@ fn blocks(info: &mut Info, f: &Function) {
 }
 
 /// Writes the line program of the unit for `file` and returns its offset. Neighbouring
-/// functions (see [`neighbours`]) share one sequence; otherwise a sequence ends exactly where
+/// functions (see `layout::neighbours`) share one sequence; otherwise a sequence ends exactly where
 /// its last function ends, so no line spreads over code that is not the function's.
 fn line_program(
     out: &mut Vec<u8>,
@@ -740,14 +744,17 @@ fn line_program(
     };
     // End of the last function of the open sequence.
     let mut open: Option<u64> = None;
-    let mut prev: Option<u32> = None;
+    // The function before, if it has rows: its layout index and end.
+    let mut prev: Option<(u32, u64)> = None;
     for &i in functions {
         let f = layout.function(i);
         let Some(first) = f.lines().first() else {
             prev = None;
             continue;
         };
-        let continues = first.offset == 0 && neighbours(layout, prev, i);
+        // `neighbours(layout, prev, i)`, from what the loop knows.
+        let continues = first.offset == 0
+            && prev.is_some_and(|(p, end)| p + 1 == i && f.start() - end <= MAX_PADDING);
         if !continues {
             if let Some(end) = open {
                 lines.end_sequence(end);
@@ -756,7 +763,7 @@ fn line_program(
         }
         lines.rows(f.start(), f.lines());
         open = Some(f.end());
-        prev = Some(i);
+        prev = Some((i, f.end()));
     }
     if let Some(end) = open {
         lines.end_sequence(end);
@@ -775,12 +782,12 @@ struct Lines<'a> {
 /// Appends a row to `out`, in the state machine's `(address, line)`; `address` is never
 /// below the current one (rows are sorted, functions in address order).
 #[inline(always)]
-fn row(out: &mut impl Put, (current, current_line): (&mut u64, &mut u64), address: u64, line: u64) {
-    let mut step = address - *current;
-    let mut line_step = line.wrapping_sub(*current_line) as i64;
+fn row(out: &mut Vec<u8>, (current, current_line): (&mut u64, &mut u64), address: u64, line: u64) {
+    let step = address - *current;
+    let line_step = line.wrapping_sub(*current_line) as i64;
     *current = address;
     *current_line = line;
-    // The usual row: one special opcode (what the general case below writes then).
+    // The usual row: one special opcode (what `row_steps` writes then).
     let l = line_step.wrapping_sub(LINE_BASE) as u64;
     if l < LINE_RANGE && step <= 255 {
         let op = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
@@ -789,6 +796,44 @@ fn row(out: &mut impl Put, (current, current_line): (&mut u64, &mut u64), addres
             return;
         }
     }
+    // Next most usual: a line step of one byte of SLEB128, an address step of one byte of
+    // ULEB128 at most. What `row_steps` writes then, put together in a register.
+    let short_line = LINE_BASE <= line_step && line_step < LINE_BASE + LINE_RANGE as i64;
+    if (-64..64).contains(&line_step) && step < 0x80 {
+        let (mut ops, mut n) = (0u64, 0);
+        let mut line_step = line_step;
+        if !short_line {
+            ops = u64::from(dw::DW_LNS_advance_line.0) | (line_step as u64 & 0x7f) << 8;
+            n = 2;
+            line_step = 0;
+        }
+        let l = (line_step - LINE_BASE) as u64;
+        // `step` fits a special opcode if this is at most 255; `step - CONST_ADD_PC` does
+        // if that less the address advance of `DW_LNS_const_add_pc` is.
+        let code = l + LINE_RANGE * step + u64::from(OPCODE_BASE);
+        const CONST_ADD_PC_CODES: u64 = LINE_RANGE * CONST_ADD_PC;
+        let code = if code <= 255 {
+            code
+        } else if step >= CONST_ADD_PC && code - CONST_ADD_PC_CODES <= 255 {
+            ops |= u64::from(dw::DW_LNS_const_add_pc.0) << (8 * n);
+            n += 1;
+            code - CONST_ADD_PC_CODES
+        } else {
+            ops |= (u64::from(dw::DW_LNS_advance_pc.0) | step << 8) << (8 * n);
+            n += 2;
+            l + u64::from(OPCODE_BASE)
+        };
+        ops |= code << (8 * n);
+        extend_small(out, &ops.to_le_bytes(), n + 1);
+        return;
+    }
+    row_steps(out, step, line_step);
+}
+
+/// Appends the opcodes that advance the state machine by `step` bytes and `line_step`
+/// lines and append a row.
+#[inline(never)]
+fn row_steps(out: &mut Vec<u8>, mut step: u64, mut line_step: i64) {
     if !(LINE_BASE..LINE_BASE + LINE_RANGE as i64).contains(&line_step) {
         out.u8(dw::DW_LNS_advance_line.0);
         out.sleb(line_step);
@@ -819,48 +864,58 @@ impl Lines<'_> {
         self.address = address;
     }
 
-    /// Appends the rows of the function at `start`. The usual row is one special opcode:
-    /// runs of those are gathered in a register and appended 8 bytes at a time, in a loop
-    /// that keeps everything in registers; other rows are written one by one.
+    /// Appends the rows of the function at `start`. The first moves from wherever the
+    /// program is; the others step within the function, and the usual step is one special
+    /// opcode: those are computed for up to [`ROW_CHUNK`] rows at a time in a loop without
+    /// branches (which the compiler runs on several rows at once), and appended at once if
+    /// all are; if not, that chunk's rows are written one by one.
     fn rows(&mut self, start: u64, rows: &[LineRow]) {
-        let (mut address, mut line) = (self.address, self.line);
-        let mut rest = rows;
-        while !rest.is_empty() {
-            // Up to 8 special opcodes, from the low byte up.
-            let (mut ops, mut n) = (0u64, 0);
-            for r in rest.iter().take(8) {
-                let next = start + u64::from(r.offset);
-                let step = next - address;
-                // The line step, less `LINE_BASE`.
+        let Some(first) = rows.first() else {
+            return;
+        };
+        row(
+            self.out,
+            (&mut self.address, &mut self.line),
+            start + u64::from(first.offset),
+            first.line.into(),
+        );
+        let mut prev = *first;
+        for chunk in rows[1..].chunks(ROW_CHUNK) {
+            let mut ops = [0u8; ROW_CHUNK];
+            // Bits 8 and up stay clear while every row is one special opcode.
+            let mut wide = 0u64;
+            for (op, r) in ops.iter_mut().zip(chunk) {
+                // Offsets increase: the step is below 2^32, and the code does not wrap
+                // when the line step fits.
+                let step = u64::from(r.offset - prev.offset);
                 let l = u64::from(r.line)
-                    .wrapping_sub(line)
+                    .wrapping_sub(u64::from(prev.line))
                     .wrapping_sub(LINE_BASE as u64);
                 let code = l
-                    .wrapping_add(LINE_RANGE.wrapping_mul(step))
+                    .wrapping_add(LINE_RANGE * step)
                     .wrapping_add(u64::from(OPCODE_BASE));
-                // What `row` writes as one special opcode.
-                if !((l < LINE_RANGE) & (step <= 255) & (code <= 255)) {
-                    break;
-                }
-                ops |= code << (8 * n);
-                n += 1;
-                (address, line) = (next, r.line.into());
+                // What `row` writes as one special opcode: `l < LINE_RANGE`, which is
+                // `l` and `l + 2` both below 16 (a line step back wraps `l` far above;
+                // shifted, it keeps bits above 35), and `code <= 255`.
+                const _: () = assert!(LINE_RANGE + 2 == 16);
+                wide |= ((l | l.wrapping_add(2)) << 4) | code;
+                *op = code as u8;
+                prev = *r;
             }
-            extend_small(self.out, &ops.to_le_bytes(), n);
-            rest = &rest[n..];
-            if n < 8 {
-                if let Some((r, after)) = rest.split_first() {
+            if wide <= 255 {
+                extend_small(self.out, &ops, chunk.len());
+                (self.address, self.line) = (start + u64::from(prev.offset), prev.line.into());
+            } else {
+                for r in chunk {
                     row(
                         self.out,
-                        (&mut address, &mut line),
+                        (&mut self.address, &mut self.line),
                         start + u64::from(r.offset),
                         r.line.into(),
                     );
-                    rest = after;
                 }
             }
         }
-        (self.address, self.line) = (address, line);
     }
 
     fn end_sequence(&mut self, end: u64) {
@@ -1016,6 +1071,36 @@ mod tests {
             .collect();
         want.push(line("big.js", 0x7f00_0000_0000 + (3 << 20), None));
         assert_eq!(p.lines(), want);
+    }
+
+    /// Lines far apart in both directions, near 0 and near `u32::MAX`: steps that wrap
+    /// around 32 bits to small ones must not pass for small steps.
+    #[test]
+    fn line_steps_across_32_bits() {
+        let max = u32::MAX;
+        let functions: [&[u32]; 6] = [
+            &[max, 2],
+            &[1, max - 3],
+            &[2, max - 2, 3],
+            &[max - 1, max, 1, 2],
+            &[(1 << 31) - 2, 1 << 31, (1 << 31) + 3],
+            &[5, 3, 9],
+        ];
+        let mut o = JitObject::new();
+        let mut want = Vec::new();
+        for (i, lines) in functions.iter().enumerate() {
+            let start = 0x1000 + 0x100 * i as u64;
+            let f = o.add_function(&format!("f{i}"), start, 0x100).unwrap();
+            let steps: Vec<(u32, u32)> = (0..).zip(lines.iter().copied()).collect();
+            o.set_lines(f, "far.js", &rows(&steps)).unwrap();
+            want.extend(
+                steps
+                    .iter()
+                    .map(|&(offset, l)| line("far.js", start + u64::from(offset), Some(l.into()))),
+            );
+        }
+        want.push(line("far.js", 0x1600, None));
+        assert_eq!(Parsed::encode(&o).lines(), want);
     }
 
     #[test]

@@ -22,116 +22,231 @@ const VERSION: u32 = 8;
 #[cfg(test)]
 pub(super) const INDEXED_FUNCTIONS_FOR_TESTS: usize = super::INDEXED_FUNCTIONS;
 /// An empty hash table slot.
-const EMPTY: usize = usize::MAX;
+const EMPTY: u32 = u32::MAX;
 /// Symbol kind "function" in a unit vector entry (bits 28-30); bit 31 (static) clear.
 const KIND_FUNCTION: u32 = 3 << 28;
+/// Size of the header: six 32-bit offsets.
+const HEADER: usize = 24;
 
 /// GDB's name hash for index versions 5 and later: ASCII letters folded to lower case (GDB
 /// uses C `tolower`, which in the C and UTF-8 locales changes nothing else).
-fn hash(name: &str) -> u32 {
-    name.bytes().fold(0u32, |r, c| {
+fn hash(name: &[u8]) -> u32 {
+    name.iter().fold(0u32, |r, &c| {
         r.wrapping_mul(67)
             .wrapping_add(u32::from(c.to_ascii_lowercase()))
             .wrapping_sub(113)
     })
 }
 
-/// Builds the index of `layout`'s functions. `info` is the `.debug_info` written for it:
-/// one unit per entry of `layout.units`, in that order.
-pub(super) fn build(layout: &Layout<'_>, info: &[u8]) -> Result<Vec<u8>> {
-    let units = layout.units.len();
-    // Unit offsets and lengths, from the units' length fields (32-bit DWARF).
-    let mut unit_list = Vec::with_capacity(16 * units);
-    let mut at = 0usize;
-    for _ in 0..units {
-        let len = u32::from_le_bytes(info[at..at + 4].try_into().expect("4 bytes")) as usize + 4;
-        unit_list.u64(at as u64);
-        unit_list.u64(len as u64);
-        at += len;
+/// A distinct function name of the index, in order of first definition.
+#[derive(Clone, Copy)]
+struct Name {
+    /// A function of that name (its layout index).
+    function: u32,
+    /// Units defining the name: how many, the last one (units are taken in order, so a
+    /// unit already listed is the last one).
+    units: u32,
+    last_unit: u32,
+    /// Where its unit vector is in the constant pool, and where its next entry goes.
+    vector_at: u32,
+    next_entry: u32,
+    /// Where the name is in the constant pool.
+    name_at: u32,
+}
+
+/// The encoded `.gdb_index`, and storage kept between payloads.
+#[derive(Default)]
+pub(super) struct Parts {
+    pub index: Vec<u8>,
+    /// Hash table slot -> index into `names`, or [`EMPTY`].
+    table: Vec<u32>,
+    names: Vec<Name>,
+    /// Each function's index into `names`, by layout index.
+    name_of: Vec<u32>,
+}
+
+impl Parts {
+    /// Bytes of storage held.
+    pub fn bytes(&self) -> usize {
+        self.index.capacity()
+            + (self.table.capacity() + self.name_of.capacity()) * 4
+            + self.names.capacity() * std::mem::size_of::<Name>()
     }
-    let mut addresses = Vec::new();
-    for (u, unit) in layout.units.iter().enumerate() {
-        adjacent_ranges(layout, layout.unit_functions(unit), |lo, hi| {
-            addresses.u64(lo);
-            addresses.u64(hi);
-            addresses.u32(u as u32);
-        });
-    }
-    // One slot per function name (a name defined in several units gets one vector listing
-    // them all; names repeat rarely, so they are found by a linear scan of the slot chain).
+}
+
+/// Builds the index of `layout`'s functions into `parts.index`. `info` is the
+/// `.debug_info` written for it: one unit per entry of `layout.units`, in that order.
+///
+/// Every size is known once the distinct names are: the section is written front to back,
+/// the constant pool in place.
+pub(super) fn build(layout: &Layout<'_>, info: &[u8], parts: &mut Parts) -> Result<()> {
+    let Parts {
+        index: out,
+        table,
+        names,
+        name_of,
+    } = parts;
     let n = layout.functions.len();
+    if n == 1 {
+        one_function(layout, info, out);
+        return Ok(());
+    }
+    // One slot per function name, a third more slots than names at least (a name defined
+    // in several units gets one vector listing them all).
     let slots = (n + n / 3 + 1).next_power_of_two().max(2);
     let mask = slots - 1;
-    // Slot -> index into `names` and `vectors`.
-    let mut table = vec![EMPTY; slots];
-    // Unit vectors first, names after (so no name sits at offset 0, which marks an empty
-    // slot together with vector offset 0).
-    let mut vectors: Vec<Vec<u32>> = Vec::with_capacity(n);
-    let mut names: Vec<&str> = Vec::with_capacity(n);
-    for (u, unit) in layout.units.iter().enumerate() {
+    table.clear();
+    table.resize(slots, EMPTY);
+    names.clear();
+    name_of.clear();
+    name_of.resize(n, 0);
+    for (u, unit) in (0..).zip(&layout.units) {
         for &i in layout.unit_functions(unit) {
-            let name = layout.function(i).name();
+            let name = layout.function(i).name_bytes();
             let h = hash(name) as usize;
-            let step = ((h.wrapping_mul(17)) & mask) | 1;
+            let step = (h.wrapping_mul(17) & mask) | 1;
             let mut s = h & mask;
-            loop {
+            let k = loop {
                 let k = table[s];
                 if k == EMPTY {
-                    table[s] = names.len();
-                    names.push(name);
-                    vectors.push(vec![u as u32 | KIND_FUNCTION]);
-                    break;
+                    table[s] = names.len() as u32;
+                    names.push(Name {
+                        function: i,
+                        units: 1,
+                        last_unit: u,
+                        vector_at: 0,
+                        next_entry: 0,
+                        name_at: 0,
+                    });
+                    break names.len() - 1;
                 }
-                if names[k] == name {
-                    let v = &mut vectors[k];
-                    let entry = u as u32 | KIND_FUNCTION;
-                    if !v.contains(&entry) {
-                        v.push(entry);
+                let known = &mut names[k as usize];
+                if layout.function(known.function).name_bytes() == name {
+                    if known.last_unit != u {
+                        known.last_unit = u;
+                        known.units += 1;
                     }
-                    break;
+                    break k as usize;
                 }
                 s = (s + step) & mask;
+            };
+            name_of[i as usize] = k as u32;
+        }
+    }
+    // The constant pool: unit vectors first, names after (so no name sits at offset 0,
+    // which marks an empty slot together with vector offset 0).
+    let mut pool = 0;
+    for name in names.iter_mut() {
+        name.vector_at = offset32(pool, ".gdb_index")?;
+        name.next_entry = name.vector_at + 4;
+        pool += 4 + 4 * name.units as usize;
+    }
+    for name in names.iter_mut() {
+        name.name_at = offset32(pool, ".gdb_index")?;
+        pool += layout.function(name.function).name_bytes().len() + 1;
+    }
+
+    out.clear();
+    out.reserve(HEADER + 16 * layout.units.len() + 20 * layout.runs.len() + 8 * slots + pool);
+    // The header, filled in below.
+    out.extend_from_slice(&[0; HEADER]);
+    // Unit offsets and lengths, from the units' length fields (32-bit DWARF).
+    let mut at = 0usize;
+    for _ in 0..layout.units.len() {
+        let len = u32::from_le_bytes(info[at..at + 4].try_into().expect("4 bytes")) as usize + 4;
+        out.u64(at as u64);
+        out.u64(len as u64);
+        at += len;
+    }
+    let addresses_at = out.len();
+    for (u, unit) in (0..).zip(&layout.units) {
+        adjacent_ranges(layout, layout.unit_functions(unit), |lo, hi| {
+            out.u64(lo);
+            out.u64(hi);
+            out.u32(u);
+        });
+    }
+    let table_at = out.len();
+    for &k in table.iter() {
+        match names.get(k as usize) {
+            Some(name) => {
+                out.u32(name.name_at);
+                out.u32(name.vector_at);
+            }
+            None => out.u64(0),
+        }
+    }
+    let pool_at = out.len();
+    out.resize(pool_at + pool, 0);
+    let pool = &mut out[pool_at..];
+    let put = |pool: &mut [u8], at: u32, v: u32| {
+        pool[at as usize..at as usize + 4].copy_from_slice(&v.to_le_bytes());
+    };
+    for name in names.iter_mut() {
+        put(pool, name.vector_at, name.units);
+        let text = layout.function(name.function).name_bytes();
+        // The NUL is there already.
+        pool[name.name_at as usize..][..text.len()].copy_from_slice(text);
+        name.last_unit = EMPTY;
+    }
+    // The unit vectors' entries, in unit order, each unit once.
+    for (u, unit) in (0..).zip(&layout.units) {
+        for &i in layout.unit_functions(unit) {
+            let name = &mut names[name_of[i as usize] as usize];
+            if name.last_unit != u {
+                name.last_unit = u;
+                put(pool, name.next_entry, u | KIND_FUNCTION);
+                name.next_entry += 4;
             }
         }
     }
-    let mut pool = Vec::new();
-    let mut vector_at = Vec::with_capacity(vectors.len());
-    for v in &vectors {
-        vector_at.push(offset32(pool.len(), ".gdb_index")?);
-        pool.u32(v.len() as u32);
-        for &e in v {
-            pool.u32(e);
-        }
+    let header = [
+        VERSION,
+        offset32(HEADER, ".gdb_index")?,
+        offset32(addresses_at, ".gdb_index")?,
+        offset32(addresses_at, ".gdb_index")?,
+        offset32(table_at, ".gdb_index")?,
+        offset32(pool_at, ".gdb_index")?,
+    ];
+    for (field, v) in out.chunks_exact_mut(4).zip(header) {
+        field.copy_from_slice(&v.to_le_bytes());
     }
-    let mut name_at = Vec::with_capacity(names.len());
-    for name in &names {
-        name_at.push(offset32(pool.len(), ".gdb_index")?);
-        pool.cstr(name);
-    }
+    Ok(())
+}
 
-    let header = 24;
-    let units_at = header;
-    let types_at = units_at + unit_list.len();
-    let addresses_at = types_at;
-    let table_at = addresses_at + addresses.len();
-    let pool_at = table_at + 8 * slots;
-    let mut out = Vec::with_capacity(pool_at + pool.len());
-    out.u32(VERSION);
-    for offset in [units_at, types_at, addresses_at, table_at, pool_at] {
-        out.u32(offset32(offset, ".gdb_index")?);
+/// The index of one function (what runtimes register one by one): one unit, one address
+/// range (the unit's only run), two slots, one unit vector; what `build` writes then, at
+/// offsets known in advance.
+fn one_function(layout: &Layout<'_>, info: &[u8], out: &mut Vec<u8>) {
+    const UNITS: u32 = HEADER as u32;
+    const ADDRESSES: u32 = UNITS + 16;
+    const TABLE: u32 = ADDRESSES + 20;
+    const POOL: u32 = TABLE + 16;
+    let name = layout.function(0).name_bytes();
+    let unit_len = u32::from_le_bytes(info[..4].try_into().expect("4 bytes")) + 4;
+    let run = &layout.runs[0];
+    let mut index = [0u8; POOL as usize + 8];
+    let mut put = |at: u32, bytes: &[u8]| {
+        index[at as usize..at as usize + bytes.len()].copy_from_slice(bytes);
+    };
+    let header = [VERSION, UNITS, ADDRESSES, ADDRESSES, TABLE, POOL];
+    for (at, v) in (0..).step_by(4).zip(header) {
+        put(at, &v.to_le_bytes());
     }
-    out.extend_from_slice(&unit_list);
-    out.extend_from_slice(&addresses);
-    for &k in &table {
-        if k == EMPTY {
-            out.u64(0);
-        } else {
-            out.u32(name_at[k]);
-            out.u32(vector_at[k]);
-        }
-    }
-    out.extend_from_slice(&pool);
-    Ok(out)
+    // Unit 0 at offset 0; its range; the name's slot (the other is empty): the name after
+    // its vector, which lists unit 0.
+    put(UNITS + 8, &u64::from(unit_len).to_le_bytes());
+    put(ADDRESSES, &run.start.to_le_bytes());
+    put(ADDRESSES + 8, &run.end.to_le_bytes());
+    let slot = TABLE + 8 * (hash(name) & 1);
+    put(slot, &8u32.to_le_bytes());
+    put(POOL, &1u32.to_le_bytes());
+    put(POOL + 4, &KIND_FUNCTION.to_le_bytes());
+    out.clear();
+    out.reserve(index.len() + name.len() + 1);
+    out.extend_from_slice(&index);
+    out.extend_from_slice(name);
+    out.push(0);
 }
 
 #[cfg(test)]
@@ -282,10 +397,10 @@ mod tests {
     #[test]
     fn names_sit_on_their_probe_sequence() {
         // r = r * 67 + tolower(c) - 113, from r = 0, in 32 bits.
-        assert_eq!(hash("a"), 97u32.wrapping_sub(113));
-        assert_eq!(hash("Ab"), hash("ab"));
+        assert_eq!(hash(b"a"), 97u32.wrapping_sub(113));
+        assert_eq!(hash(b"Ab"), hash(b"ab"));
         let ab = 97u32.wrapping_sub(113).wrapping_mul(67).wrapping_add(98) - 113;
-        assert_eq!(hash("ab"), ab);
+        assert_eq!(hash(b"ab"), ab);
 
         let mut o = JitObject::new();
         for i in 0..INDEXED_FUNCTIONS_FOR_TESTS as u64 {
@@ -301,7 +416,7 @@ mod tests {
         let mask = slots - 1;
         for i in 0..INDEXED_FUNCTIONS_FOR_TESTS {
             let name = format!("function_{i}");
-            let h = hash(&name) as usize;
+            let h = hash(name.as_bytes()) as usize;
             let (mut s, step) = (h & mask, (h.wrapping_mul(17) & mask) | 1);
             loop {
                 let (at, vector) = (u32_at(table + 8 * s), u32_at(table + 8 * s + 4));

@@ -107,17 +107,16 @@ impl<'a> Layout<'a> {
     /// Plans the functions of `objects` as one payload, in the storage of `parts`. Refuses
     /// what [`JitObject::validate`] refuses on the objects merged into one, with the same
     /// error: no function, more names or rows than one object holds, overlapping functions.
-    pub fn new(objects: &[&'a JitObject], parts: Parts) -> Result<Layout<'a>> {
-        let Parts {
-            functions,
-            mut runs,
-            units,
-            mut members,
-            mut name_offsets,
-            files,
-            mut file_ids,
-            mut unit_of,
-        } = parts;
+    pub fn new(objects: &[&'a JitObject], parts: &mut Parts) -> Result<Layout<'a>> {
+        // Vector by vector: moving the whole storage costs a copy of it.
+        let functions = std::mem::take(&mut parts.functions);
+        let mut runs = std::mem::take(&mut parts.runs);
+        let units = std::mem::take(&mut parts.units);
+        let mut members = std::mem::take(&mut parts.members);
+        let mut name_offsets = std::mem::take(&mut parts.name_offsets);
+        let files = std::mem::take(&mut parts.files);
+        let mut file_ids = std::mem::take(&mut parts.file_ids);
+        let mut unit_of = std::mem::take(&mut parts.unit_of);
         // Emptied while retyped.
         let mut functions: Vec<Placed<'a>> = recycle(functions);
         let mut units: Vec<Unit<'a>> = recycle(units);
@@ -275,19 +274,17 @@ impl<'a> Layout<'a> {
         self.functions[i as usize].f
     }
 
-    /// Gives the storage back, for the next payload.
-    pub fn into_parts(self) -> Parts {
+    /// Gives the storage back to `parts`, for the next payload.
+    pub fn into_parts(self, parts: &mut Parts) {
         let (files, file_ids, unit_of) = self.spare;
-        Parts {
-            functions: recycle(self.functions),
-            runs: self.runs,
-            units: recycle(self.units),
-            members: self.members,
-            name_offsets: self.name_offsets,
-            files,
-            file_ids,
-            unit_of,
-        }
+        parts.functions = recycle(self.functions);
+        parts.runs = self.runs;
+        parts.units = recycle(self.units);
+        parts.members = self.members;
+        parts.name_offsets = self.name_offsets;
+        parts.files = files;
+        parts.file_ids = file_ids;
+        parts.unit_of = unit_of;
     }
 }
 
@@ -297,6 +294,13 @@ impl<'a> Layout<'a> {
 /// them and the gap is at most [`MAX_PADDING`] (which then belongs to the range: it is
 /// never executed).
 pub(super) fn adjacent_ranges(layout: &Layout, unit: &[u32], mut range: impl FnMut(u64, u64)) {
+    // The only unit has every function: its neighbours are those of a run.
+    if layout.units.len() == 1 {
+        for run in &layout.runs {
+            range(run.start, run.end);
+        }
+        return;
+    }
     let mut open: Option<(u64, u64)> = None;
     let mut prev = None;
     for &i in unit {
@@ -331,7 +335,7 @@ mod tests {
     use crate::model::{JitObject, LineRow};
 
     fn plan<'a>(objects: &[&'a JitObject]) -> Layout<'a> {
-        Layout::new(objects, Parts::default()).unwrap()
+        Layout::new(objects, &mut Parts::default()).unwrap()
     }
 
     /// The index of each function's run.
@@ -426,7 +430,7 @@ mod tests {
 
         let mut z = JitObject::new();
         z.add_function("z", 0x1018, 0x10).unwrap();
-        let e = Layout::new(&[&x, &y, &z], Parts::default()).err();
+        let e = Layout::new(&[&x, &y, &z], &mut Parts::default()).err();
         assert_eq!(
             e,
             Some(Error::Overlap {
@@ -436,7 +440,7 @@ mod tests {
         );
         let empty = JitObject::new();
         assert_eq!(
-            Layout::new(&[&empty, &empty], Parts::default()).err(),
+            Layout::new(&[&empty, &empty], &mut Parts::default()).err(),
             Some(Error::EmptyObject)
         );
     }

@@ -50,9 +50,9 @@ fn encode_with(
     objects: &[&JitObject],
     scratch: &mut scratch::Scratch,
 ) -> Result<Vec<u8>> {
-    let layout = layout::Layout::new(objects, std::mem::take(&mut scratch.layout))?;
+    let layout = layout::Layout::new(objects, &mut scratch.layout)?;
     let out = encode_layout(arch, &layout, scratch);
-    scratch.layout = layout.into_parts();
+    layout.into_parts(&mut scratch.layout);
     out
 }
 
@@ -76,35 +76,36 @@ fn encode_layout(
     // Small objects are what runtimes register one by one, each a GDB stop: an index spares
     // GDB reading their DWARF at the stop. Large ones would pay ~50 bytes + name per
     // function for it, and are registered rarely.
-    let index = if layout.functions.len() <= INDEXED_FUNCTIONS {
-        gdb_index::build(layout, &debug.info)?
+    let index: &[u8] = if layout.functions.len() <= INDEXED_FUNCTIONS {
+        gdb_index::build(layout, &debug.info, &mut scratch.index)?;
+        &scratch.index.index
     } else {
-        Vec::new()
+        &[]
     };
     let sections = [
         writer::DataSection {
-            name: b".debug_info",
+            name: &writer::DEBUG_INFO,
             data: &debug.info,
         },
         writer::DataSection {
-            name: b".debug_abbrev",
+            name: &writer::DEBUG_ABBREV,
             data: &debug.abbrev,
         },
         writer::DataSection {
-            name: b".debug_line",
+            name: &writer::DEBUG_LINE,
             data: &debug.line,
         },
         writer::DataSection {
-            name: b".debug_ranges",
+            name: &writer::DEBUG_RANGES,
             data: &debug.ranges,
         },
         writer::DataSection {
-            name: b".debug_frame",
+            name: &writer::DEBUG_FRAME,
             data: &scratch.cfi.frame,
         },
         writer::DataSection {
-            name: b".gdb_index",
-            data: &index,
+            name: &writer::GDB_INDEX,
+            data: index,
         },
     ];
     Ok(writer::write(layout, &sections))
@@ -267,5 +268,92 @@ mod tests {
         // Adjacent code shares sections and line sequences; scattered code pays a section
         // header (64 B) and a sequence start and end per function.
         assert!(adjacent < aligned && aligned < scattered);
+    }
+}
+
+/// The encoder's output for a fixed set of generated payloads, pinned: changes that are
+/// meant to keep the output as it is (optimisations) must keep this hash. A change of the
+/// format changes it on purpose; then the new value is the one this test prints.
+#[cfg(test)]
+mod pinned {
+    use super::test_support::{fnv1a, random_objects};
+    use crate::model::{Arch, JitObject, LineRow};
+
+    /// `n` functions like those of the benchmark (20-character names, 8 line rows, a
+    /// frame-pointer frame), the first numbered `first`, `stride` bytes apart.
+    fn shaped_object(first: u64, n: u64, stride: u64, epilogue: bool) -> JitObject {
+        let mut o = JitObject::new();
+        for i in first..first + n {
+            let f = o
+                .add_function(
+                    &format!("jit_fn_{i:013}"),
+                    0x7f00_0000_0000 + i * stride,
+                    64,
+                )
+                .unwrap();
+            let rows: Vec<LineRow> = (0..8)
+                .map(|r| LineRow {
+                    offset: r * 6,
+                    line: 10 + r,
+                })
+                .collect();
+            o.set_lines(f, "scale.js", &rows).unwrap();
+            o.set_frame_pointer(f, 1, 4).unwrap();
+            if epilogue {
+                o.add_epilogue(f, 63, 64).unwrap();
+            }
+        }
+        o
+    }
+
+    #[test]
+    fn output_of_generated_payloads_is_unchanged() {
+        let mut h = 0xcbf2_9ce4_8422_2325;
+        let (mut encoded, mut refused, mut bytes) = (0, 0, 0);
+        for seed in 0..3000u64 {
+            let objects = random_objects(seed);
+            let refs: Vec<&JitObject> = objects.iter().collect();
+            match super::encode_objects(Arch::X86_64, &refs) {
+                Ok(out) => {
+                    encoded += 1;
+                    bytes += out.len();
+                    h = fnv1a(h, &out);
+                }
+                Err(e) => {
+                    refused += 1;
+                    h = fnv1a(h, format!("{e:?}").as_bytes());
+                }
+            }
+        }
+        // The benchmark's shapes: many functions alike in one object, or one per object
+        // (registered one by one, then merged by the registry).
+        for (n, per_object, stride, epilogue) in [
+            (1000, 1000, 64, false),
+            (1000, 1000, 64, true),
+            (1000, 1000, 78, true),
+            (300, 300, 4096, false),
+            (1, 1, 64, false),
+            (8, 8, 64, true),
+            (9, 9, 64, false),
+            (17, 17, 64, false),
+            (32, 1, 64, false),
+            (32, 1, 80, true),
+            (1024, 1, 64, false),
+        ] {
+            let objects: Vec<JitObject> = (0..n / per_object)
+                .map(|k| shaped_object(k * per_object, per_object, stride, epilogue))
+                .collect();
+            let refs: Vec<&JitObject> = objects.iter().collect();
+            let out = super::encode_objects(Arch::X86_64, &refs).expect("encodes");
+            encoded += 1;
+            bytes += out.len();
+            h = fnv1a(h, &out);
+        }
+        println!("{encoded} payloads ({bytes} bytes), {refused} refused: hash {h:#018x}");
+        assert!(
+            encoded > 2000 && refused > 50,
+            "{encoded} encoded, {refused} refused"
+        );
+        assert_eq!(h, 0xe516_899e_208d_42f2);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::cell::Cell;
 
-use super::{cfi, dwarf, layout};
+use super::{cfi, dwarf, gdb_index, layout};
 
 /// The storage of one encoding.
 #[derive(Default)]
@@ -12,6 +12,7 @@ pub(super) struct Scratch {
     pub layout: layout::Parts,
     pub dwarf: dwarf::Parts,
     pub cfi: cfi::Parts,
+    pub index: gdb_index::Parts,
 }
 
 /// Most bytes of storage a thread keeps: one huge payload must not keep its memory after
@@ -34,7 +35,9 @@ impl Scratch {
 
     /// Keeps `self` for the next encoding on this thread, unless it grew too large.
     pub fn keep(self: Box<Scratch>) {
-        if self.layout.bytes() + self.dwarf.bytes() + self.cfi.bytes() > MAX_KEPT {
+        if self.layout.bytes() + self.dwarf.bytes() + self.cfi.bytes() + self.index.bytes()
+            > MAX_KEPT
+        {
             return;
         }
         // Nothing is kept by a thread that is exiting.

@@ -361,3 +361,251 @@ impl Parsed {
         out
     }
 }
+
+/// A deterministic pseudo-random source (xorshift64) for generated objects.
+pub(crate) struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+
+    /// One of `choices`.
+    pub fn pick<T: Copy>(&mut self, choices: &[T]) -> T {
+        choices[self.below(choices.len() as u64) as usize]
+    }
+}
+
+/// Objects of every kind the encoder meets, as one payload's worth: one object (mostly)
+/// or several (as the registry merges them), each with a few functions or many, at
+/// addresses low or near the top, adjacent, padded or far apart, in or out of address
+/// order, with names repeated or not, line rows of every step size in several files,
+/// every kind of frame (epilogues, explicit rows), variables, nested blocks and call sites
+/// of every kind. Some payloads are refused (functions overlapping).
+pub(crate) fn random_objects(seed: u64) -> Vec<JitObject> {
+    use crate::model::{BaseType, CallTarget, LineRow, Location, UnwindRow, Variable};
+    use crate::model::{CfaBase, VariableKind};
+    let mut r = Rng::new(seed);
+    let count = match r.below(8) {
+        0 => 2 + r.below(5),
+        1 => r.pick(&[32, 33, 40]),
+        _ => 1,
+    };
+    let high = r.below(8) == 0;
+    let files = r.pick(&[1, 2, 3, 20]);
+    let mut at = if high {
+        0xffff_ffff_0000_0000 - r.below(1 << 20)
+    } else {
+        0x1000 + r.below(1 << 30)
+    };
+    // Where each object's functions go: runs one after the other, or (now and then)
+    // interleaved, each function given to one of the objects at random.
+    let interleave = count > 1 && r.below(4) == 0;
+    let overlap = r.below(12) == 0;
+    let mut placements: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); count as usize];
+    for k in 0..count as usize {
+        let n = match r.below(10) {
+            0 => 9 + r.below(60),
+            1 => 1 + r.below(300),
+            _ => 1 + r.below(8),
+        };
+        for i in 0..n {
+            let size = match r.below(12) {
+                0 => 1 + r.below(4),
+                1 => 70_000 + r.below(3 << 20),
+                _ => 16 + r.below(300),
+            };
+            let owner = if interleave {
+                r.below(count) as usize
+            } else {
+                k
+            };
+            placements[owner].push((i, at, size));
+            at += size + r.pick(&[0, 0, 0, 1, 3, 14, 15, 16, 17, 500, 1 << 20]);
+            // Now and then, a function over another.
+            if overlap && k == 0 && i == 0 && n > 1 {
+                at -= size / 2 + 1;
+            }
+        }
+        if r.below(4) == 0 {
+            at += r.below(1 << 16);
+        }
+    }
+    let mut objects = Vec::new();
+    let mut starts: Vec<u64> = Vec::new();
+    for mut placed in placements {
+        let mut o = JitObject::new();
+        match r.below(4) {
+            0 => placed.reverse(),
+            1 => {
+                for k in (1..placed.len()).rev() {
+                    let j = r.below(k as u64 + 1) as usize;
+                    placed.swap(k, j);
+                }
+            }
+            _ => {}
+        }
+        for (i, start, size) in placed {
+            let name = match r.below(10) {
+                0 => "twice".to_string(),
+                1 => format!("Mixed_Case_{i}"),
+                2 => format!("jit_function_{seed:06}_{i:06}_with_a_rather_long_name"),
+                3 => format!("ünï_{i}"),
+                _ => format!("s{seed}_f{i}"),
+            };
+            let Ok(f) = o.add_function(&name, start, size) else {
+                continue;
+            };
+            starts.push(start);
+            let size = size as u32;
+            if r.below(6) != 0 {
+                let mut rows = Vec::new();
+                let mut offset = if r.below(4) == 0 {
+                    r.below(8) as u32
+                } else {
+                    0
+                };
+                let mut line = 1 + r.below(100) as u32;
+                for _ in 0..r.below(14) {
+                    if offset >= size {
+                        break;
+                    }
+                    rows.push(LineRow { offset, line });
+                    offset += 1 + match r.below(8) {
+                        0 => r.below(400) as u32,
+                        1 => r.below(70_000) as u32,
+                        _ => r.below(8) as u32,
+                    };
+                    line = match r.below(8) {
+                        0 => 1 + r.below(4_000_000_000) as u32,
+                        1 => line.saturating_sub(r.below(30) as u32).max(1),
+                        _ => line + r.below(6) as u32,
+                    };
+                }
+                let file = format!("dir/file{}.js", r.below(files));
+                let _ = o.set_lines(f, &file, &rows);
+            }
+            match r.below(6) {
+                0 => {}
+                1 | 2 => {
+                    let push = 1 + r.below(3) as u32;
+                    let setup = push + r.below(4) as u32;
+                    let _ = o.set_frame_pointer(f, push, setup);
+                    let mut after = setup;
+                    for _ in 0..r.below(4) {
+                        let restore = after + 1 + r.below(20) as u32;
+                        let ret = restore + 1 + r.below(3) as u32;
+                        let ret = if r.below(3) == 0 { size } else { ret };
+                        if o.add_epilogue(f, restore, ret).is_err() {
+                            break;
+                        }
+                        after = ret;
+                    }
+                }
+                3 => {
+                    let _ = o.set_unwind(f, &[UnwindRow::X86_64_ENTRY]);
+                }
+                _ => {
+                    let mut rows = vec![UnwindRow::X86_64_ENTRY];
+                    let mut offset = 0;
+                    for _ in 0..r.below(5) {
+                        let far = if r.below(5) == 0 { 1000 } else { 9 };
+                        offset += 1 + r.below(far) as u32;
+                        let fp = r.below(2) == 0;
+                        let big = if r.below(6) == 0 { 2000 } else { 4 };
+                        let cfa = 8 * (2 + r.below(big) as i32);
+                        rows.push(UnwindRow {
+                            offset,
+                            cfa_base: if fp { CfaBase::Fp } else { CfaBase::Sp },
+                            cfa_offset: cfa,
+                            fp_offset: if fp || r.below(2) == 0 {
+                                -8 * (2 + r.below(3) as i32)
+                            } else {
+                                0
+                            },
+                        });
+                    }
+                    let _ = o.set_unwind(f, &rows);
+                }
+            }
+            if r.below(4) == 0 {
+                for k in 0..r.below(4) {
+                    let location = match r.below(4) {
+                        0 => Location::Register(r.below(128) as u16),
+                        1 => Location::FrameOffset(-(r.below(1 << 20) as i32)),
+                        _ => Location::FrameOffset(r.below(300) as i32 - 150),
+                    };
+                    let var = Variable {
+                        name: format!("v{k}"),
+                        kind: if r.below(2) == 0 {
+                            VariableKind::Local
+                        } else {
+                            VariableKind::Parameter
+                        },
+                        ty: BaseType::ALL[r.below(11) as usize],
+                        location,
+                    };
+                    let _ = o.add_variable(f, var);
+                }
+            }
+            if r.below(4) == 0 {
+                let mut made = 0u32;
+                for _ in 0..r.below(6) {
+                    let parent = if made > 0 && r.below(2) == 0 {
+                        Some(r.below(made.into()) as u32)
+                    } else {
+                        None
+                    };
+                    let lo = r.below(size.into()) as u32;
+                    let hi = lo + 1 + r.below(u64::from(size - lo)) as u32;
+                    if o.add_block(f, "b", lo, hi.min(size), parent).is_ok() {
+                        made += 1;
+                    }
+                }
+            }
+            if r.below(3) == 0 {
+                let mut offset = 0;
+                for _ in 0..r.below(5) {
+                    offset += 1 + r.below(12) as u32;
+                    let target = match r.below(6) {
+                        0 if !starts.is_empty() => {
+                            CallTarget::Address(starts[r.below(starts.len() as u64) as usize])
+                        }
+                        1 if !starts.is_empty() => {
+                            CallTarget::Address(starts[r.below(starts.len() as u64) as usize] + 1)
+                        }
+                        2 => CallTarget::Symbol {
+                            address: 0x5000 + r.below(3),
+                            name: format!("host{}", r.below(3)).into(),
+                        },
+                        3 => CallTarget::Indirect,
+                        _ => CallTarget::Address(1 + r.below(1 << 40)),
+                    };
+                    let _ = if r.below(4) == 0 {
+                        o.add_tail_call(f, offset, target)
+                    } else {
+                        o.add_call_site(f, offset, target)
+                    };
+                }
+            }
+        }
+        objects.push(o);
+    }
+    objects
+}
+
+/// FNV-1a over `bytes`, continuing from `h`.
+pub(crate) fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
+    for &b in bytes {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}

@@ -21,23 +21,63 @@ use super::layout::Layout;
 
 /// A non-ALLOC data section.
 pub(super) struct DataSection<'a> {
-    pub name: &'static [u8],
+    pub name: &'static SectionName,
     pub data: &'a [u8],
 }
 
-/// The section-name table, on the stack: the longest is 124 bytes (every section).
+/// A section name, padded: it is copied as [`SectionName::MAX`] bytes, a copy of a size
+/// known when compiling (a few moves, not a call to `memcpy`).
+pub(super) struct SectionName {
+    bytes: [u8; SectionName::MAX],
+    len: usize,
+}
+
+impl SectionName {
+    /// The longest name, with room for its NUL.
+    const MAX: usize = 16;
+
+    pub const fn new(name: &[u8]) -> SectionName {
+        assert!(name.len() < Self::MAX);
+        let mut bytes = [0; Self::MAX];
+        let mut i = 0;
+        while i < name.len() {
+            bytes[i] = name[i];
+            i += 1;
+        }
+        SectionName {
+            bytes,
+            len: name.len(),
+        }
+    }
+}
+
+pub(super) const DEBUG_INFO: SectionName = SectionName::new(b".debug_info");
+pub(super) const DEBUG_ABBREV: SectionName = SectionName::new(b".debug_abbrev");
+pub(super) const DEBUG_LINE: SectionName = SectionName::new(b".debug_line");
+pub(super) const DEBUG_RANGES: SectionName = SectionName::new(b".debug_ranges");
+pub(super) const DEBUG_FRAME: SectionName = SectionName::new(b".debug_frame");
+pub(super) const GDB_INDEX: SectionName = SectionName::new(b".gdb_index");
+const TEXT: SectionName = SectionName::new(b".text");
+const DEBUG_STR: SectionName = SectionName::new(b".debug_str");
+const STRTAB: SectionName = SectionName::new(b".strtab");
+const SYMTAB: SectionName = SectionName::new(b".symtab");
+const SYMTAB_SHNDX: SectionName = SectionName::new(b".symtab_shndx");
+
+/// The section-name table, on the stack: the longest is 124 bytes (every section), and
+/// the last name is copied padded.
 struct Names {
-    bytes: [u8; 128],
+    bytes: [u8; 128 + SectionName::MAX],
     len: usize,
 }
 
 impl Names {
     /// Appends `name` and returns its offset.
-    fn add(&mut self, name: &[u8]) -> u32 {
+    #[inline(always)]
+    fn add(&mut self, name: &SectionName) -> u32 {
         let at = self.len;
-        self.bytes[at..at + name.len()].copy_from_slice(name);
-        // The NUL is there already.
-        self.len += name.len() + 1;
+        // The padding is zeros: the NUL and what the next name overwrites.
+        self.bytes[at..at + SectionName::MAX].copy_from_slice(&name.bytes);
+        self.len += name.len + 1;
         at as u32
     }
 
@@ -152,22 +192,18 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 6]) -> Vec
 
     // Section names, each once (offsets in this table; it follows the function names).
     let mut names = Names {
-        bytes: [0; 128],
+        bytes: [0; 128 + SectionName::MAX],
         len: 1,
     };
-    let text_name = names.add(b".text");
+    let text_name = names.add(&TEXT);
     let mut data_names = [0; 6];
     for (s, name) in data.iter().zip(&mut data_names) {
         *name = names.add(s.name);
     }
-    let debug_str_name = names.add(b".debug_str");
-    let strtab_name = names.add(b".strtab");
-    let symtab_name = names.add(b".symtab");
-    let shndx_name = if shndx {
-        names.add(b".symtab_shndx")
-    } else {
-        0
-    };
+    let debug_str_name = names.add(&DEBUG_STR);
+    let strtab_name = names.add(&STRTAB);
+    let symtab_name = names.add(&SYMTAB);
+    let shndx_name = if shndx { names.add(&SYMTAB_SHNDX) } else { 0 };
     let names = names.as_slice();
 
     // File layout.
