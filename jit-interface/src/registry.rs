@@ -205,6 +205,19 @@ struct Member {
     model: Option<Arc<JitObject>>,
 }
 
+thread_local! {
+    /// Payload buffers of dropped one-object ELF entries (a merge drops `FAN_IN` of them at
+    /// once), reused by this thread's next ELF registrations: registering small ELF objects
+    /// one by one then allocates no payload, and glibc's malloc no longer sorts its free
+    /// lists before each of those (about 1 KiB) allocations.
+    static SPARE_PAYLOADS: std::cell::RefCell<Vec<Vec<u8>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// At most this many spare payload buffers per thread, each of at most `SPARE_MAX` bytes.
+const SPARE_COUNT: usize = 2 * FAN_IN;
+const SPARE_MAX: usize = 4096;
+
 /// Batch ids of a batch that was not linked yet (`Member::batch`), and of a free member.
 const NEW: u64 = u64::MAX;
 const FREE: u64 = 0;
@@ -586,7 +599,13 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 }
                 // Big objects keep an entry of their own, never merged or rewritten: no model.
                 let model = (!big).then(|| Arc::new(object.clone()));
-                (Some(crate::elf::encode(object)?), model)
+                let buf = SPARE_PAYLOADS
+                    .with(|p| p.borrow_mut().pop())
+                    .unwrap_or_default();
+                (
+                    Some(crate::elf::encode_objects_into(arch, &[object], buf)?),
+                    model,
+                )
             }
         };
         let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
@@ -1199,7 +1218,8 @@ impl State {
         }
     }
 
-    /// Unlinks and frees batch `batch_id`.
+    /// Unlinks and frees batch `batch_id` (the payload of a one-object ELF entry goes to this
+    /// thread's spare buffers, for the next one).
     fn unlink_batch(&mut self, batch_id: u64) {
         self.drop_pending(batch_id);
         let Some(batch) = self.batches.remove(batch_id) else {
@@ -1215,6 +1235,15 @@ impl State {
             }
         }
         self.unopen(batch_id);
+        if batch.format == Format::Elf && batch.level == 0 && batch.buf.capacity() <= SPARE_MAX {
+            SPARE_PAYLOADS.with(|p| {
+                let mut p = p.borrow_mut();
+                if p.len() < SPARE_COUNT {
+                    p.push(batch.buf);
+                }
+            });
+            return;
+        }
         // The batch (payload and tombstone slots) is freed here, after the unlink.
     }
 

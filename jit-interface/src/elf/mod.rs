@@ -39,8 +39,19 @@ pub fn encode(object: &JitObject) -> Result<Vec<u8>> {
 /// encoding `JitObject::merged(arch, objects)`, without making that object (the registry
 /// consolidates many registrations into one debugger entry).
 pub(crate) fn encode_objects(arch: Arch, objects: &[&JitObject]) -> Result<Vec<u8>> {
+    encode_objects_into(arch, objects, Vec::new())
+}
+
+/// [`encode_objects`] into `buf` (emptied first): the registry hands back the buffers of
+/// entries it dropped, so that registering one small object after another allocates no
+/// payload.
+pub(crate) fn encode_objects_into(
+    arch: Arch,
+    objects: &[&JitObject],
+    buf: Vec<u8>,
+) -> Result<Vec<u8>> {
     let mut scratch = scratch::Scratch::take();
-    let out = encode_with(arch, objects, &mut scratch);
+    let out = encode_with(arch, objects, &mut scratch, buf);
     scratch.keep();
     out
 }
@@ -49,9 +60,10 @@ fn encode_with(
     arch: Arch,
     objects: &[&JitObject],
     scratch: &mut scratch::Scratch,
+    buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
     let layout = layout::Layout::new(objects, &mut scratch.layout)?;
-    let out = encode_layout(arch, &layout, scratch);
+    let out = encode_layout(arch, &layout, scratch, buf);
     layout.into_parts(&mut scratch.layout);
     out
 }
@@ -60,6 +72,7 @@ fn encode_layout(
     arch: Arch,
     layout: &layout::Layout,
     scratch: &mut scratch::Scratch,
+    buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
     if arch != Arch::X86_64 {
         return Err(Error::Unsupported {
@@ -108,7 +121,7 @@ fn encode_layout(
             data: index,
         },
     ];
-    Ok(writer::write(layout, &sections))
+    Ok(writer::write(layout, &sections, buf))
 }
 
 #[cfg(test)]

@@ -167,7 +167,12 @@ fn align(n: usize, to: usize) -> usize {
 
 /// Writes the object: its `sections` (those not empty), and the string table and symbols
 /// from `layout`.
-pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 6]) -> Vec<u8> {
+/// Writes the object into `buf` (emptied first; its capacity is reused when large enough).
+pub(super) fn write(
+    layout: &Layout<'_>,
+    sections: &[DataSection<'_>; 6],
+    mut buf: Vec<u8>,
+) -> Vec<u8> {
     // The sections not empty, in order.
     let mut data: [&DataSection; 6] = [&sections[0]; 6];
     let mut data_len = 0;
@@ -229,9 +234,9 @@ pub(super) fn write(layout: &Layout<'_>, sections: &[DataSection<'_>; 6]) -> Vec
     let headers_at = align(at, 8);
     let len = headers_at + count * SECTION_HEADER;
 
-    let mut out = Out {
-        bytes: Vec::with_capacity(len),
-    };
+    buf.clear();
+    buf.reserve_exact(len);
+    let mut out = Out { bytes: buf };
     // File header.
     let h = out.next::<FILE_HEADER>();
     h[..4].copy_from_slice(&[0x7f, b'E', b'L', b'F']);
