@@ -1242,7 +1242,6 @@ impl State {
                     p.push(batch.buf);
                 }
             });
-            return;
         }
         // The batch (payload and tombstone slots) is freed here, after the unlink.
     }
