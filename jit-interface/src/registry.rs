@@ -15,7 +15,10 @@
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
 //!   before the call returns), every `FAN_IN` of those are merged into one batch entry, every
 //!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. ELF
-//!   batches are re-encoded from the kept models. A compact registration's own entry is read
+//!   batches are re-encoded from the kept models; a sealed batch keeps its members' compact
+//!   records instead (a quarter of the memory) and decodes them at its first rewrite. ELF
+//!   objects are merged the same way without a debugger (an ELF payload cannot grow in
+//!   place). A compact registration's own entry is read
 //!   through our reader (the cheapest stop), but the batches it is merged into are encoded as
 //!   ELF, which GDB reads natively and frees whole (see `State::build_as_elf`: GDB leaks
 //!   memory for every function its reader interface reads), and once `READER_BUDGET`
