@@ -14,6 +14,10 @@
 //!   and the name table from the process, one read each),
 //! - `.symtab` with a global FUNC symbol per function, `.symtab_shndx` if a `.text` index
 //!   does not fit 16 bits.
+//!
+//! One-function objects (runtimes register functions one at a time) are written by
+//! [`write_one`]: the same bytes, with the file header, section headers and section names
+//! copied from a template made when compiling for each set of sections present.
 
 use object::elf;
 
