@@ -14,9 +14,14 @@
 //!   and the name table from the process, one read each),
 //! - `.symtab` with a global FUNC symbol per function, `.symtab_shndx` if a `.text` index
 //!   does not fit 16 bits.
+//!
+//! One-function objects (runtimes register functions one at a time) are written by
+//! [`write_one`]: the same bytes, with the file header, section headers and section names
+//! copied from a template made when compiling for each set of sections present.
 
 use object::elf;
 
+use super::gdb_index;
 use super::layout::Layout;
 
 /// A non-ALLOC data section.
@@ -385,6 +390,244 @@ pub(super) fn write(
     }
     debug_assert!(headers.next().is_none());
     out.bytes
+}
+
+/// The data sections of a one-function object that may be empty, in file order; its
+/// `.gdb_index` (never empty) follows them.
+const ONE_OPTIONAL: [&SectionName; 5] = [
+    &DEBUG_INFO,
+    &DEBUG_ABBREV,
+    &DEBUG_LINE,
+    &DEBUG_RANGES,
+    &DEBUG_FRAME,
+];
+/// Most sections of a one-function object: null, `.text`, six data sections, `.debug_str`,
+/// `.strtab`, `.symtab`.
+const ONE_MAX_SECTIONS: usize = 11;
+
+/// What a one-function object's header, section headers and section names are when the
+/// sections present are known: runtimes register one function at a time, so these are
+/// made once (when compiling) for each set of sections, and each object patches in its
+/// addresses, offsets and sizes. The general [`write`] writes the same bytes.
+struct OneTemplate {
+    /// The file header but for the section headers' offset.
+    file_header: [u8; FILE_HEADER],
+    /// The section headers but for the fields patched; names are offsets in the section
+    /// names (which follow the function's name in the string table).
+    headers: [u8; ONE_MAX_SECTIONS * SECTION_HEADER],
+    count: usize,
+    names: [u8; 128],
+    names_len: usize,
+}
+
+/// Section indices of a one-function object: `.text` is 1, the data sections follow.
+const ONE_TEXT: usize = 1;
+
+impl OneTemplate {
+    /// The template for the optional sections of `mask` (bit `i`: `ONE_OPTIONAL[i]`).
+    const fn new(mask: usize) -> OneTemplate {
+        let mut t = OneTemplate {
+            file_header: [0; FILE_HEADER],
+            headers: [0; ONE_MAX_SECTIONS * SECTION_HEADER],
+            count: 0,
+            names: [0; 128],
+            names_len: 1,
+        };
+        // Header 0 is null.
+        t.count = 1;
+        let text = t.add_name(&TEXT);
+        t.header(
+            text,
+            elf::SHT_NOBITS,
+            elf::SHF_ALLOC.0 | elf::SHF_EXECINSTR.0,
+            0,
+        );
+        let mut i = 0;
+        while i < ONE_OPTIONAL.len() {
+            if mask & 1 << i != 0 {
+                let name = t.add_name(ONE_OPTIONAL[i]);
+                t.header(name, elf::SHT_PROGBITS, 0, 0);
+            }
+            i += 1;
+        }
+        let name = t.add_name(&GDB_INDEX);
+        t.header(name, elf::SHT_PROGBITS, 0, 0);
+        let name = t.add_name(&DEBUG_STR);
+        let flags = elf::SHF_MERGE.0 | elf::SHF_STRINGS.0;
+        t.header(name, elf::SHT_PROGBITS, flags, 1);
+        let strtab = t.count;
+        let name = t.add_name(&STRTAB);
+        t.header(name, elf::SHT_STRTAB, 0, 0);
+        let name = t.add_name(&SYMTAB);
+        let symtab = t.header(name, elf::SHT_SYMTAB, 0, SYMBOL as u64);
+        t.put(symtab + 40, &(strtab as u32).to_le_bytes());
+        // Only the null symbol is local.
+        t.put(symtab + 44, &1u32.to_le_bytes());
+        t.put(symtab + 48, &8u64.to_le_bytes());
+
+        let h = &mut t.file_header;
+        h[0] = 0x7f;
+        h[1] = b'E';
+        h[2] = b'L';
+        h[3] = b'F';
+        h[4] = elf::ELFCLASS64.0;
+        h[5] = elf::ELFDATA2LSB.0;
+        h[6] = elf::EV_CURRENT.0;
+        h[7] = elf::ELFOSABI_NONE.0;
+        let fields: [(usize, u16); 6] = [
+            (16, elf::ET_REL.0),
+            (18, elf::EM_X86_64.0),
+            (20, elf::EV_CURRENT.0 as u16),
+            (52, FILE_HEADER as u16),
+            (58, SECTION_HEADER as u16),
+            (60, t.count as u16),
+        ];
+        let mut k = 0;
+        while k < fields.len() {
+            let (at, v) = fields[k];
+            t.file_header[at] = v as u8;
+            t.file_header[at + 1] = (v >> 8) as u8;
+            k += 1;
+        }
+        t.file_header[62] = strtab as u8;
+        t
+    }
+
+    const fn add_name(&mut self, name: &SectionName) -> u32 {
+        let at = self.names_len;
+        let mut i = 0;
+        while i < name.len {
+            self.names[at + i] = name.bytes[i];
+            i += 1;
+        }
+        self.names_len += name.len + 1;
+        at as u32
+    }
+
+    /// Adds a section header of alignment 1 (but `.symtab`'s, set after) and returns
+    /// where it is in `headers`.
+    const fn header(
+        &mut self,
+        name: u32,
+        kind: elf::SectionType,
+        flags: u64,
+        entsize: u64,
+    ) -> usize {
+        let at = self.count * SECTION_HEADER;
+        self.put(at, &name.to_le_bytes());
+        self.put(at + 4, &kind.0.to_le_bytes());
+        self.put(at + 8, &flags.to_le_bytes());
+        self.put(at + 48, &1u64.to_le_bytes());
+        self.put(at + 56, &entsize.to_le_bytes());
+        self.count += 1;
+        at
+    }
+
+    const fn put(&mut self, at: usize, bytes: &[u8]) {
+        let mut i = 0;
+        while i < bytes.len() {
+            self.headers[at + i] = bytes[i];
+            i += 1;
+        }
+    }
+}
+
+/// The templates, by set of optional sections present.
+static ONE_TEMPLATES: [OneTemplate; 1 << ONE_OPTIONAL.len()] = {
+    let mut all = [const { OneTemplate::new(0) }; 1 << ONE_OPTIONAL.len()];
+    let mut mask = 1;
+    while mask < all.len() {
+        all[mask] = OneTemplate::new(mask);
+        mask += 1;
+    }
+    all
+};
+
+/// Writes a one-function object: what [`write`] writes for it (with `.gdb_index`), from a
+/// template. `data` are the optional sections (`ONE_OPTIONAL`), `info` among them.
+pub(super) fn write_one(layout: &Layout<'_>, data: [&[u8]; 5], mut buf: Vec<u8>) -> Vec<u8> {
+    debug_assert_eq!(layout.functions.len(), 1);
+    let f = layout.functions[0].f;
+    let run = &layout.runs[0];
+    let name = f.name_bytes();
+    let mut mask = 0;
+    let mut data_len = 0;
+    for (i, d) in data.iter().enumerate() {
+        mask |= usize::from(!d.is_empty()) << i;
+        data_len += d.len();
+    }
+    let t = &ONE_TEMPLATES[mask];
+    let index_at = FILE_HEADER + data_len;
+    let index_len = gdb_index::one_function_len(name);
+    let strings_at = index_at + index_len;
+    // A NUL, the name and its NUL.
+    let strings_len = layout.strings_len;
+    debug_assert_eq!(strings_len, name.len() + 2);
+    let table_len = strings_len + t.names_len;
+    let symtab_at = align(strings_at + table_len, 8);
+    let headers_at = symtab_at + 2 * SYMBOL;
+    let len = headers_at + t.count * SECTION_HEADER;
+
+    buf.clear();
+    buf.reserve_exact(len);
+    buf.extend_from_slice(&t.file_header);
+    buf[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
+    // Empty ones (`.debug_ranges` of one function) cost no call to `memcpy`.
+    for d in data.iter().filter(|d| !d.is_empty()) {
+        buf.extend_from_slice(d);
+    }
+    gdb_index::one_function(layout, data[0], &mut buf);
+    debug_assert_eq!(buf.len(), strings_at);
+    buf.push(0);
+    buf.extend_from_slice(name);
+    buf.push(0);
+    buf.extend_from_slice(&t.names[..t.names_len]);
+    // Padding and the null symbol.
+    buf.resize(symtab_at + SYMBOL, 0);
+    let mut symbol = [0u8; SYMBOL];
+    symbol[..4].copy_from_slice(&layout.name_offsets[0].to_le_bytes());
+    symbol[4] = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
+    symbol[5] = elf::STV_DEFAULT.0;
+    symbol[6..8].copy_from_slice(&(ONE_TEXT as u16).to_le_bytes());
+    symbol[8..16].copy_from_slice(&(f.start() - run.start).to_le_bytes());
+    symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
+    buf.extend_from_slice(&symbol);
+    buf.extend_from_slice(&t.headers[..t.count * SECTION_HEADER]);
+    debug_assert_eq!(buf.len(), len);
+
+    // Patched: names (after the function's in the table), addresses, offsets, sizes.
+    let headers = &mut buf[headers_at..];
+    let mut patch = |section: usize, field: usize, v: u64| {
+        let at = section * SECTION_HEADER + field;
+        headers[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    };
+    patch(ONE_TEXT, 16, run.start);
+    patch(ONE_TEXT, 32, run.end - run.start);
+    let mut section = ONE_TEXT + 1;
+    let mut at = FILE_HEADER;
+    for d in data {
+        if !d.is_empty() {
+            patch(section, 24, at as u64);
+            patch(section, 32, d.len() as u64);
+            at += d.len();
+            section += 1;
+        }
+    }
+    for (offset, size) in [
+        (index_at, index_len),
+        (strings_at, table_len),
+        (strings_at, table_len),
+        (symtab_at, 2 * SYMBOL),
+    ] {
+        patch(section, 24, offset as u64);
+        patch(section, 32, size as u64);
+        section += 1;
+    }
+    for h in headers.chunks_exact_mut(SECTION_HEADER).skip(1) {
+        let name = u32::from_le_bytes(h[..4].try_into().expect("4 bytes")) + strings_len as u32;
+        h[..4].copy_from_slice(&name.to_le_bytes());
+    }
+    buf
 }
 
 #[cfg(test)]
