@@ -390,6 +390,11 @@ fn compile_unit(
         info.out.u32(offset);
     }
 
+    if !layout.has_extras {
+        plain_subprograms(info, layout, members);
+        info.out.u8(0);
+        return patch_length(info.out, start, ".debug_info");
+    }
     let types = base_types(info, layout, members, start)?;
     match calls {
         None => {
@@ -404,6 +409,40 @@ fn compile_unit(
     }
     info.out.u8(0);
     patch_length(info.out, start, ".debug_info")
+}
+
+/// The subprograms of `members` when no function of the payload has children: each one
+/// entry of the same shape (code, `strp` name, address, ULEB128 size), written from a
+/// fixed-size block.
+fn plain_subprograms(info: &mut Info, layout: &Layout<'_>, members: &[u32]) {
+    info.used[Abbrev::Subprogram as usize - 1] = true;
+    let out = &mut *info.out;
+    let mut put = |f: Function, name: u32| {
+        let mut b = [0u8; 24];
+        b[0] = Abbrev::Subprogram as u8;
+        b[1..5].copy_from_slice(&name.to_le_bytes());
+        b[5..13].copy_from_slice(&f.start().to_le_bytes());
+        // At most 5 bytes of ULEB128 (a 32-bit size).
+        let mut v = f.size();
+        let mut n = 13;
+        while v >= 0x80 && n < 17 {
+            b[n] = v as u8 | 0x80;
+            v >>= 7;
+            n += 1;
+        }
+        b[n] = v as u8;
+        extend_small(out, &b, n + 1);
+    };
+    if members.len() == layout.functions.len() {
+        // The only unit: every function, in address order.
+        for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
+            put(p.f, name);
+        }
+    } else {
+        for &i in members {
+            put(layout.function(i), layout.name_offsets[i as usize]);
+        }
+    }
 }
 
 /// The subprograms of `unit` with their call sites, then the declarations of the functions

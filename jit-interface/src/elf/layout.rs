@@ -69,6 +69,9 @@ pub(super) struct Layout<'a> {
     pub strings_len: usize,
     /// Does any function have call sites?
     pub has_calls: bool,
+    /// Does any function have variables, lexical blocks or call sites? Without, every
+    /// subprogram is one entry of the same shape and no unit has types.
+    pub has_extras: bool,
     /// Storage used while planning only.
     spare: (Vec<&'static str>, Vec<u32>, Vec<u32>),
 }
@@ -189,6 +192,7 @@ impl<'a> Layout<'a> {
         unit_of.clear();
         unit_of.resize(files.len() + 1, NONE);
         let mut has_calls = false;
+        let mut has_extras = false;
         let mut strings = 1;
         let mut last_name = 0;
         let mut prev: Option<Function> = None;
@@ -209,6 +213,7 @@ impl<'a> Layout<'a> {
             }
             prev = Some(f);
             has_calls |= !f.calls().is_empty();
+            has_extras |= !f.variables().is_empty() | !f.blocks().is_empty();
             // Slot 0: no file.
             let slot = p.unit.wrapping_add(1) as usize;
             if unit_of[slot] == NONE {
@@ -259,6 +264,7 @@ impl<'a> Layout<'a> {
             name_offsets,
             strings_len: strings,
             has_calls,
+            has_extras: has_extras | has_calls,
             spare: (recycle(files), file_ids, unit_of),
         })
     }
