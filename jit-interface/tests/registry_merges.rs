@@ -2,26 +2,14 @@
 //! into batch entries (in a process of its own: other tests decode every listed payload as
 //! compact records).
 
-use jit_interface::{Format, JitObject, LineRow, Registration};
+use jit_interface::{Format, JitObject, Registration};
 
 mod registry_support;
 
+use registry_support::object;
+
 /// The tests look at the whole list: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn object(name: &str, start: u64) -> JitObject {
-    let mut obj = JitObject::new();
-    let f = obj.add_function(name, start, 64).unwrap();
-    let rows: Vec<LineRow> = (0..8)
-        .map(|i| LineRow {
-            offset: i * 6,
-            line: 10 + i,
-        })
-        .collect();
-    obj.set_lines(f, "scale.js", &rows).unwrap();
-    obj.set_frame_pointer(f, 1, 4).unwrap();
-    obj
-}
 
 /// One-function ELF objects registered one by one get an entry each; every 32 entries are
 /// merged into a batch and every 32 batches into a sealed one, each merge re-encoding its

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 mod registry_support;
 
-use jit_interface::{decode_all, Format, JitObject, LineRow, Registration};
-use registry_support::{for_each_payload, slot_holds};
+use jit_interface::{decode_all, Format, Registration};
+use registry_support::{for_each_payload, object, slot_holds};
 
 /// Every compact function name in the list whose object's live slot holds its key, the
 /// number of entries, and the number of tombstoned objects.
@@ -30,20 +30,6 @@ fn listed() -> (BTreeMap<String, usize>, usize, usize) {
         }
     });
     (names, entries, tombstones)
-}
-
-fn object(name: &str, start: u64) -> JitObject {
-    let mut obj = JitObject::new();
-    let f = obj.add_function(name, start, 64).unwrap();
-    let rows: Vec<LineRow> = (0..8)
-        .map(|i| LineRow {
-            offset: i * 6,
-            line: 10 + i,
-        })
-        .collect();
-    obj.set_lines(f, "scale.js", &rows).unwrap();
-    obj.set_frame_pointer(f, 1, 4).unwrap();
-    obj
 }
 
 #[test]

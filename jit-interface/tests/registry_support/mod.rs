@@ -2,6 +2,7 @@
 //! readers do, without a debugger.
 
 use jit_interface::descriptor::descriptor_address;
+use jit_interface::{JitObject, LineRow};
 
 #[repr(C)]
 struct Entry {
@@ -44,4 +45,20 @@ pub fn for_each_payload(mut f: impl FnMut(&[u8])) -> usize {
 pub fn slot_holds(address: u64, key: u64) -> bool {
     // SAFETY: see above: the address comes from a linked payload of this process.
     unsafe { (address as *const u64).read_volatile() == key }
+}
+
+/// A one-function object of the scale benchmark's shape (8 line rows, frame-pointer frame).
+#[allow(dead_code)] // not every registry test registers these
+pub fn object(name: &str, start: u64) -> JitObject {
+    let mut obj = JitObject::new();
+    let f = obj.add_function(name, start, 64).unwrap();
+    let rows: Vec<LineRow> = (0..8)
+        .map(|i| LineRow {
+            offset: i * 6,
+            line: 10 + i,
+        })
+        .collect();
+    obj.set_lines(f, "scale.js", &rows).unwrap();
+    obj.set_frame_pointer(f, 1, 4).unwrap();
+    obj
 }
