@@ -8,8 +8,27 @@ pub(super) trait Put {
     fn u16(&mut self, v: u16);
     fn u32(&mut self, v: u32);
     fn u64(&mut self, v: u64);
-    fn uleb(&mut self, v: u64);
-    fn sleb(&mut self, v: i64);
+    #[inline(always)]
+    fn uleb(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.u8(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.u8(v as u8);
+    }
+    #[inline(always)]
+    fn sleb(&mut self, mut v: i64) {
+        loop {
+            let byte = (v & 0x7f) as u8;
+            v >>= 7;
+            // Done when the rest is all sign bits and the sign bit of `byte` matches them.
+            if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
+                self.u8(byte);
+                return;
+            }
+            self.u8(byte | 0x80);
+        }
+    }
     /// `s` and its terminating NUL (the model refuses names containing NUL).
     fn cstr(&mut self, s: &str);
     /// Overwrites the 4 bytes at `at` with `v`.
@@ -32,27 +51,6 @@ impl Put for Vec<u8> {
     #[inline]
     fn u64(&mut self, v: u64) {
         self.extend_from_slice(&v.to_le_bytes());
-    }
-    #[inline]
-    fn uleb(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.push(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.push(v as u8);
-    }
-    #[inline]
-    fn sleb(&mut self, mut v: i64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            // Done when the rest is all sign bits and the sign bit of `byte` matches them.
-            if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
-                self.push(byte);
-                return;
-            }
-            self.push(byte | 0x80);
-        }
     }
     #[inline]
     fn cstr(&mut self, s: &str) {
@@ -125,26 +123,6 @@ impl<const N: usize> Put for Small<N> {
     #[inline(always)]
     fn u64(&mut self, v: u64) {
         self.put(v.to_le_bytes());
-    }
-    #[inline(always)]
-    fn uleb(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.u8(v as u8 | 0x80);
-            v >>= 7;
-        }
-        self.u8(v as u8);
-    }
-    #[inline(always)]
-    fn sleb(&mut self, mut v: i64) {
-        loop {
-            let byte = (v & 0x7f) as u8;
-            v >>= 7;
-            if (v == 0 && byte & 0x40 == 0) || (v == -1 && byte & 0x40 != 0) {
-                self.u8(byte);
-                return;
-            }
-            self.u8(byte | 0x80);
-        }
     }
     fn cstr(&mut self, s: &str) {
         for &b in s.as_bytes() {
