@@ -197,15 +197,11 @@ impl Batch {
     }
 }
 
-/// A registered object (or a free index: `batch == FREE`).
+/// A registered object (or a free index: `batch == FREE`). Its model, if kept, is in
+/// `State::models`.
 struct Member {
     /// The batch holding the object; `NEW` until the caller links it.
     batch: u64,
-    /// For members of ELF batches (re-encoded from the models when merged or rewritten):
-    /// kept for small ELF objects, decoded from the record for compact ones merged as ELF,
-    /// until their batch is sealed (then their compact record is kept there instead: see
-    /// `Batch::records`; objects the compact format cannot carry whole keep their model).
-    model: Option<Arc<JitObject>>,
 }
 
 thread_local! {
@@ -300,12 +296,22 @@ struct LiveSlots {
 const LIVE_CHUNK: usize = 512;
 
 impl LiveSlots {
+    /// Every registration looks its slot up: inline, and only a new chunk out of line.
+    #[inline]
     fn get(&mut self, index: usize) -> &AtomicU64 {
+        if index / LIVE_CHUNK >= self.chunks.len() {
+            self.grow(index);
+        }
+        &self.chunks[index / LIVE_CHUNK][index % LIVE_CHUNK]
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, index: usize) {
         while self.chunks.len() <= index / LIVE_CHUNK {
             self.chunks
                 .push(Box::new(std::array::from_fn(|_| AtomicU64::new(0))));
         }
-        &self.chunks[index / LIVE_CHUNK][index % LIVE_CHUNK]
     }
 }
 
@@ -317,6 +323,13 @@ struct State {
     batches: Batches,
     /// Registered objects by index (`Registration::id`); free indices are reused.
     members: Vec<Member>,
+    /// Models by member index, for members of ELF batches (re-encoded from the models when
+    /// merged or rewritten): kept for small ELF objects, decoded from the record for compact
+    /// ones merged as ELF, until their batch is sealed (then their compact record is kept
+    /// there instead: see `Batch::records`; objects the compact format cannot carry whole
+    /// keep their model). Apart from `members`, and only as long as the highest index that
+    /// has one: registrations without a model (quiet compact ones) touch no memory here.
+    models: Vec<Option<Arc<JitObject>>>,
     free: Vec<u32>,
     live: LiveSlots,
     /// Unsealed batches per format and level, in registration order (debugger attached).
@@ -707,6 +720,7 @@ impl State {
     /// A fresh nonzero key for a live slot: unique per registration within a process, and
     /// unlikely to be found by chance in memory that was freed and reused. (Under the
     /// registry's lock: a plain counter, no atomic.)
+    #[inline]
     fn fresh_live_key(&mut self) -> u64 {
         if self.keys == 0 {
             self.key_seed = RandomState::new().build_hasher().finish();
@@ -720,18 +734,47 @@ impl State {
     }
 
     /// A member index for a new registration (its batch is set by the caller).
+    #[inline]
     fn new_member(&mut self, model: Option<Arc<JitObject>>) -> Result<u32> {
-        let m = Member { batch: NEW, model };
-        if let Some(i) = self.free.pop() {
+        let m = Member { batch: NEW };
+        let i = if let Some(i) = self.free.pop() {
             self.members[i as usize] = m;
-            return Ok(i);
-        }
-        let i = u32::try_from(self.members.len()).map_err(|_| crate::Error::Unsupported {
-            format: "any",
-            why: "more than 4,294,967,295 objects registered at once".into(),
-        })?;
-        self.members.push(m);
+            i
+        } else {
+            let i = u32::try_from(self.members.len()).map_err(|_| crate::Error::Unsupported {
+                format: "any",
+                why: "more than 4,294,967,295 objects registered at once".into(),
+            })?;
+            self.members.push(m);
+            i
+        };
+        self.set_model(i, model);
         Ok(i)
+    }
+
+    /// The model kept for member `id`, if any.
+    fn model_of(&self, id: u32) -> Option<&JitObject> {
+        self.member_ref(id)?;
+        self.models.get(id as usize)?.as_deref()
+    }
+
+    /// Keeps `model` for member `id` (or none).
+    #[inline]
+    fn set_model(&mut self, id: u32, model: Option<Arc<JitObject>>) {
+        let i = id as usize;
+        match model {
+            Some(model) => {
+                if i >= self.models.len() {
+                    self.models.resize_with(i + 1, || None);
+                }
+                self.models[i] = Some(model);
+            }
+            None => {
+                if let Some(m) = self.models.get_mut(i) {
+                    *m = None;
+                }
+            }
+        }
     }
 
     fn member_mut(&mut self, id: u32) -> Option<&mut Member> {
@@ -778,6 +821,7 @@ impl State {
     /// Appends a compact record to the open batch of `arch` in place (a new open batch when
     /// there is none or it is full). No debugger was attached when the caller looked; if one
     /// is attached now it may have read the payload before the append, so it is told.
+    #[inline]
     fn append_quietly(&mut self, id: u32, arch: Arch, record: &[u8]) -> u64 {
         let key = open_index(arch);
         let fits = |b: &Batch| b.buf.len() + record.len() <= b.buf.capacity();
@@ -808,6 +852,14 @@ impl State {
             // Full: it stays as it is, sealed.
             self.seal(batch_id);
         }
+        self.open_new(id, arch, record)
+    }
+
+    /// `append_quietly` when there is no open batch with room: a new one, holding `record`.
+    #[cold]
+    #[inline(never)]
+    fn open_new(&mut self, id: u32, arch: Arch, record: &[u8]) -> u64 {
+        let key = open_index(arch);
         // Allocated before the payload: see `Batch::cell`.
         let cell = EntryCell::new();
         let mut buf =
@@ -815,18 +867,17 @@ impl State {
         buf.extend_from_slice(&crate::format::header(arch));
         let at = buf.len() as u32;
         buf.extend_from_slice(record);
-        let batch_id = self.link_new(
-            cell,
-            Format::Compact,
-            SEALED,
-            buf,
-            vec![Slot {
-                id,
-                at,
-                // At most OPEN_RECORD_MAX (the caller checked).
-                len: record.len() as u32,
-            }],
-        );
+        // Room for as many slots as records of this size fill the batch: the slot list does
+        // not grow by copying (every copy touches fresh memory), and room not used is never
+        // touched.
+        let mut slots = Vec::with_capacity(OPEN_CAPACITY / record.len().max(16) + 1);
+        slots.push(Slot {
+            id,
+            at,
+            // At most OPEN_RECORD_MAX (the caller checked).
+            len: record.len() as u32,
+        });
+        let batch_id = self.link_new(cell, Format::Compact, SEALED, buf, slots);
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = true;
         }
@@ -1026,7 +1077,7 @@ impl State {
                 // missing, refuse rather than drop its functions.
                 let Some(models) = slots
                     .iter()
-                    .map(|s| self.member_ref(s.id)?.model.as_deref())
+                    .map(|s| self.model_of(s.id))
                     .collect::<Option<Vec<&JitObject>>>()
                 else {
                     return Err(crate::Error::Unsupported {
@@ -1083,7 +1134,7 @@ impl State {
         let mut payload = Vec::new();
         let mut decoded = Vec::new();
         for s in &batch.members {
-            if self.member_ref(s.id).is_some_and(|m| m.model.is_some()) {
+            if self.model_of(s.id).is_some() {
                 continue;
             }
             let (Some(header), Some(record)) =
@@ -1100,8 +1151,8 @@ impl State {
             }
         }
         for (id, model) in decoded {
-            if let Some(m) = self.member_mut(id) {
-                m.model = Some(Arc::new(model));
+            if self.member_ref(id).is_some() {
+                self.set_model(id, Some(Arc::new(model)));
             }
         }
         true
@@ -1122,7 +1173,7 @@ impl State {
         let mut slots = batch.members.clone();
         let mut kept = Vec::new();
         for s in &mut slots {
-            let Some(model) = self.member_ref(s.id).and_then(|m| m.model.as_deref()) else {
+            let Some(model) = self.model_of(s.id) else {
                 continue;
             };
             let lossless = model
@@ -1159,9 +1210,7 @@ impl State {
             batch.records = records;
         }
         for id in kept {
-            if let Some(m) = self.member_mut(id) {
-                m.model = None;
-            }
+            self.set_model(id, None);
         }
     }
 
@@ -1317,7 +1366,7 @@ impl State {
             return;
         };
         let batch = std::mem::replace(&mut member.batch, FREE);
-        member.model = None;
+        self.set_model(id, None);
         self.unregister(id, batch);
         self.live.get(id as usize).store(0, Ordering::Release);
         self.free.push(id);
@@ -1441,10 +1490,7 @@ mod tests {
             })
             .collect();
         let st = registry();
-        let with_model = regs
-            .iter()
-            .filter(|r| st.member_ref(r.id).is_some_and(|m| m.model.is_some()))
-            .count();
+        let with_model = regs.iter().filter(|r| st.model_of(r.id).is_some()).count();
         assert_eq!(
             with_model, 0,
             "members of the sealed batch that kept a model"
@@ -1463,7 +1509,7 @@ mod tests {
     fn slots_and_members_stay_small() {
         // Kept once per registered object: every byte is paid for in page faults.
         assert_eq!(std::mem::size_of::<Slot>(), 12);
-        assert_eq!(std::mem::size_of::<Member>(), 16);
+        assert_eq!(std::mem::size_of::<Member>(), 8);
         assert_eq!(std::mem::size_of::<Registration>(), 24);
     }
 }

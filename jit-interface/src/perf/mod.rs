@@ -200,7 +200,20 @@ impl State {
 
 /// Called by `register` after the object is linked into GDB's list. Never fails: problems
 /// are reported (see the module documentation).
+///
+/// Every registration calls it, and nearly all of them with the outputs off: that answer is
+/// two loads, inline; the rest is out of line.
+#[inline]
 pub(crate) fn registered(object: &JitObject) {
+    if ENV.is_completed() && !ACTIVE.load(Ordering::Acquire) {
+        return;
+    }
+    write_registered(object);
+}
+
+#[cold]
+#[inline(never)]
+fn write_registered(object: &JitObject) {
     ENV.call_once(enable_from_env);
     if !ACTIVE.load(Ordering::Acquire) {
         return;
