@@ -13,7 +13,9 @@
 //!                                       registered there (or -), stop in
 //!                                       scale_host_checkpoint
 //! ```
-//! Timing goes to stderr as `TOTAL <mode> <seconds> s`. With `SCALE_HOST_DEFERRED=M` the
+//! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
+//! function's lines at its own place in the source (default: every function has lines 10-17).
+//! With `SCALE_HOST_DEFERRED=M` the
 //! registry runs in deferred mode, announcing every M registrations (`reg` flushes the rest
 //! at the end, timed as `TOTAL flush`).
 
@@ -86,8 +88,36 @@ const ROWS: [LineRow; 8] = {
 
 fn add(obj: &mut JitObject, name: &str, start: u64) {
     let f = obj.add_function(name, start, FN_SIZE).expect("function");
-    obj.set_lines(f, "scale.js", &ROWS).expect("lines");
+    let first = spread_line(start);
+    if first == 0 {
+        obj.set_lines(f, "scale.js", &ROWS).expect("lines");
+    } else {
+        let mut rows = ROWS;
+        for r in &mut rows {
+            r.line += first;
+        }
+        obj.set_lines(f, "scale.js", &rows).expect("lines");
+    }
     obj.set_frame_pointer(f, 1, 4).expect("frame");
+}
+
+/// With `SCALE_HOST_LINES=spread`, each function's lines start at its own place in the
+/// source (a pseudo-random line below 5,000, as functions compiled in the order they got
+/// hot), instead of every function having lines 10-17: line deltas then take their real
+/// size in the payloads. Returns the offset to add to `ROWS`' lines (0: not spread).
+fn spread_line(start: u64) -> u32 {
+    static SPREAD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let spread = *SPREAD.get_or_init(|| match std::env::var("SCALE_HOST_LINES") {
+        Ok(v) if v == "spread" => true,
+        Ok(v) if v.is_empty() || v == "same" => false,
+        Err(_) => false,
+        Ok(v) => panic!("SCALE_HOST_LINES must be spread or same, not {v}"),
+    });
+    if !spread {
+        return 0;
+    }
+    let j = start / FN_SIZE;
+    (j.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % 5000
 }
 
 /// Writes function `j`'s 20-character name (`jit_fn_` and 13 digits) into `buf` and
