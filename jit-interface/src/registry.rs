@@ -200,9 +200,14 @@ impl Batch {
 /// A registered object (or a free index: `batch == FREE`). Its model, if kept, is in
 /// `State::models`.
 struct Member {
-    /// The batch holding the object; `NEW` until the caller links it.
-    batch: u64,
+    /// Slab index (`Batches`) of the batch holding the object: always a live batch, so its
+    /// generation is the current one and need not be kept (`Batches::id_at`);
+    /// `MEMBER_NEW` until the caller links it, `MEMBER_FREE` for a free index.
+    batch: u32,
 }
+
+const MEMBER_NEW: u32 = u32::MAX - 1;
+const MEMBER_FREE: u32 = u32::MAX;
 
 thread_local! {
     /// Payload buffers of dropped one-object ELF entries (a merge drops `FAN_IN` of them at
@@ -217,13 +222,12 @@ thread_local! {
 const SPARE_COUNT: usize = 2 * FAN_IN;
 const SPARE_MAX: usize = 4096;
 
-/// Batch ids of a batch that was not linked yet (`Member::batch`), and of a free member.
-const NEW: u64 = u64::MAX;
+/// A batch id that names no batch (`State::open` without an open batch; `Batches::id_at`).
 const FREE: u64 = 0;
 
 /// Batches by id: a slab, so that the lookup every registration makes (its open batch) is an
 /// index rather than a tree search. An id is the index plus a generation in the high 32
-/// bits, never 0 (`FREE`) nor `NEW`: an id kept past its batch's removal finds nothing.
+/// bits, never 0 (`FREE`) nor `u64::MAX`: an id kept past its batch's removal finds nothing.
 #[derive(Default)]
 struct Batches {
     slots: Vec<(u32, Option<Batch>)>,
@@ -235,10 +239,26 @@ impl Batches {
         ((id & 0xffff_ffff) as usize, (id >> 32) as u32)
     }
 
+    /// The slab index of batch `id` (what a member keeps).
+    fn index(id: u64) -> u32 {
+        id as u32
+    }
+
+    /// The id of the batch at slab index `index` now (`FREE` if there is none).
+    fn id_at(&self, index: u32) -> u64 {
+        match self.slots.get(index as usize) {
+            Some((g, Some(_))) => (u64::from(*g) << 32) | u64::from(index),
+            _ => FREE,
+        }
+    }
+
     fn insert(&mut self, batch: Batch) -> u64 {
         let index = match self.free.pop() {
             Some(i) => i as usize,
             None => {
+                // Indices stay below the members' sentinels (`MEMBER_NEW`): each batch holds
+                // at least an entry and a payload, so memory runs out long before.
+                debug_assert!(self.slots.len() < MEMBER_NEW as usize);
                 self.slots.push((0, None));
                 self.slots.len() - 1
             }
@@ -681,7 +701,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 st.link_new(cell, encoding, level, buf, vec![slot])
             };
             if let Some(m) = st.member_mut(id) {
-                m.batch = batch_id;
+                m.batch = Batches::index(batch_id);
             }
             if !quiet && !big {
                 if encoding != format {
@@ -736,7 +756,7 @@ impl State {
     /// A member index for a new registration (its batch is set by the caller).
     #[inline]
     fn new_member(&mut self, model: Option<Arc<JitObject>>) -> Result<u32> {
-        let m = Member { batch: NEW };
+        let m = Member { batch: MEMBER_NEW };
         let i = if let Some(i) = self.free.pop() {
             self.members[i as usize] = m;
             i
@@ -780,11 +800,13 @@ impl State {
     fn member_mut(&mut self, id: u32) -> Option<&mut Member> {
         self.members
             .get_mut(id as usize)
-            .filter(|m| m.batch != FREE)
+            .filter(|m| m.batch != MEMBER_FREE)
     }
 
     fn member_ref(&self, id: u32) -> Option<&Member> {
-        self.members.get(id as usize).filter(|m| m.batch != FREE)
+        self.members
+            .get(id as usize)
+            .filter(|m| m.batch != MEMBER_FREE)
     }
 
     /// Links a new entry (`cell`, allocated before `buf`) for `buf` holding `members`;
@@ -809,9 +831,9 @@ impl State {
                 if let Some(m) = self
                     .members
                     .get_mut(s.id as usize)
-                    .filter(|m| m.batch != FREE)
+                    .filter(|m| m.batch != MEMBER_FREE)
                 {
-                    m.batch = batch_id;
+                    m.batch = Batches::index(batch_id);
                 }
             }
         }
@@ -1365,7 +1387,8 @@ impl State {
         let Some(member) = self.member_mut(id) else {
             return;
         };
-        let batch = std::mem::replace(&mut member.batch, FREE);
+        let index = std::mem::replace(&mut member.batch, MEMBER_FREE);
+        let batch = self.batches.id_at(index);
         self.set_model(id, None);
         self.unregister(id, batch);
         self.live.get(id as usize).store(0, Ordering::Release);
@@ -1469,9 +1492,9 @@ mod tests {
         assert!(batches.get(a).is_none() && batches.get_mut(a).is_none());
         assert!(batches.get(c).is_some() && batches.get(b).is_some());
         for id in [a, b, c] {
-            assert!(id != FREE && id != NEW);
+            assert!(id != FREE && id != u64::MAX);
         }
-        assert!(batches.get(NEW).is_none() && batches.get(FREE).is_none());
+        assert!(batches.get(u64::MAX).is_none() && batches.get(FREE).is_none());
     }
 
     /// Once one-function ELF objects are in a sealed batch, they keep their compact records
@@ -1497,7 +1520,7 @@ mod tests {
         );
         let batch = st
             .member_ref(regs[0].id)
-            .and_then(|m| st.batches.get(m.batch))
+            .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
             .expect("the batch");
         assert_eq!((batch.format, batch.level), (Format::Elf, SEALED));
         assert!(batch.records.len() > crate::format::HEADER_LEN * regs.len());
@@ -1509,7 +1532,7 @@ mod tests {
     fn slots_and_members_stay_small() {
         // Kept once per registered object: every byte is paid for in page faults.
         assert_eq!(std::mem::size_of::<Slot>(), 12);
-        assert_eq!(std::mem::size_of::<Member>(), 8);
+        assert_eq!(std::mem::size_of::<Member>(), 4);
         assert_eq!(std::mem::size_of::<Registration>(), 24);
     }
 }
