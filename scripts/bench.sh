@@ -158,9 +158,9 @@ w("- With GDB attached, every `register()` call links an entry of its own and no
   "GDB holds about N/1024 + 64 entries. Objects with 64 functions or more: one stop, for good. "
   "GDB 13 never frees part of what it builds for a function it reads through a reader plugin "
   "(a `void` type per function, more per entry), so under GDB the batches small compact "
-  "registrations are merged into are ELF (GDB frees those whole), and after the first 10,000 "
+  "registrations are merged into are ELF (GDB frees those whole), and after the first 30,000 "
   "functions small compact registrations get ELF entries of their own: the compact "
-  "one-by-one rows below are compact for the first 10,000 functions, ELF after.")
+  "one-by-one rows below are compact for the first 30,000 functions, ELF after.")
 w("- Deferred mode (`set_deferred`): compact records are appended in place under GDB too and "
   "announced in groups (here every 1,024 registrations; our GDB scripts also announce "
   "pending ones at every stop).")
@@ -466,11 +466,10 @@ for f in ("compact", "elf"):
     w(f"| {f} | {cells} | {growth} | {marginal} |")
 w("")
 w("The last columns are ms per registration for the registrations a larger run adds to a "
-  "smaller one. Compact registrations are read through our reader for the first 10,000 "
-  "functions, then announced as ELF (`READER_BUDGET`: GDB keeps about 300 bytes for good for every function it reads through a reader): a "
-  "compact run of 10,000 makes only reader stops (the cheapest), one of 30,000 two thirds "
-  "ELF stops, so compact's growth ratio holds that switch as well as GDB's growth; its "
-  "marginal cost beyond 10,000 is the one to compare with ELF's.\n")
+  "smaller one. Compact registrations are read through our reader for the first 30,000 "
+  "functions, then announced as ELF (`READER_BUDGET`: GDB keeps memory for good for every "
+  "function it reads through a reader): compact's 100,000 run makes seven tenths ELF stops, "
+  "so its last growth ratio holds that switch as well as GDB's growth.\n")
 if floor_stop_ms:
     w(f"For scale, the same machine's stop in this run: the floor's one-ELF-per-function "
       f"registrations cost {floor_stop_ms:.3f} ms each while few entries are loaded (its "
