@@ -374,7 +374,7 @@ w("")
 # Page faults are a large part of the figures above on this kind of VM: the same registrations
 # on memory the process used before (a first round registered and dropped).
 w("Fresh memory costs a page fault per 4 KiB touched, about 2 us each on the VM these "
-  "figures were first taken on (a few hundred ns on bare metal). The same registrations "
+  "figures were first taken on. The same registrations "
   "(lines 10-17) in a process that registered and dropped the same number of functions "
   "first (`SCALE_HOST_WARM=1`; the allocator hands the memory out again, as in a runtime "
   "that replaces code):\n")
