@@ -284,27 +284,35 @@ pub(super) fn write(
     out.pad_to(symtab_at + SYMBOL);
     let info = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
     // The run of the function: functions and runs are both in address order.
+    // The current run, its start and its section index, updated when a function is past
+    // its end: no lookup per symbol.
+    let index_of = |run: usize| {
+        if shndx {
+            elf::SHN_XINDEX.0
+        } else {
+            (first_text + run) as u16
+        }
+    };
     let mut run = 0;
+    let (mut run_start, mut run_end) = layout.runs.first().map_or((0, 0), |r| (r.start, r.end));
+    let mut index = index_of(0);
     for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
         let f = p.f;
-        while f.start() >= layout.runs[run].end {
+        while f.start() >= run_end {
             run += 1;
+            (run_start, run_end) = (layout.runs[run].start, layout.runs[run].end);
+            index = index_of(run);
         }
-        let section = first_text + run;
-        let symbol = out.next::<SYMBOL>();
+        // Every byte set on the stack, then one append of a fixed size.
+        let mut symbol = [0u8; SYMBOL];
         symbol[..4].copy_from_slice(&name.to_le_bytes());
         symbol[4] = info;
         symbol[5] = elf::STV_DEFAULT.0;
-        let index = if shndx {
-            elf::SHN_XINDEX.0
-        } else {
-            section as u16
-        };
         symbol[6..8].copy_from_slice(&index.to_le_bytes());
         // Relocatable object: symbol values are offsets in their section.
-        let value = f.start() - layout.runs[run].start;
-        symbol[8..16].copy_from_slice(&value.to_le_bytes());
+        symbol[8..16].copy_from_slice(&(f.start() - run_start).to_le_bytes());
         symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
+        out.put(&symbol);
     }
     if shndx {
         // The null symbol's index is 0.
