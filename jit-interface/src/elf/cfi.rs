@@ -26,7 +26,7 @@ const RA: u8 = 16;
 const DATA_ALIGN: i32 = -8;
 
 /// Most functions one FDE describes.
-pub(super) const FDE_FUNCTIONS: usize = 16;
+pub(super) const FDE_FUNCTIONS: usize = 32;
 
 fn cfa_register(base: CfaBase) -> u8 {
     match base {
