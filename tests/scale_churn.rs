@@ -4,7 +4,10 @@
 //! `info line *ADDR`: a live slot must name the function registered there now, a free slot
 //! nothing (its earlier functions were unregistered). Small registrations are consolidated
 //! into batch entries, so this covers merging and rebuilding batches while GDB watches, and
-//! (compact) the switch from compact to ELF entries once the reader budget is spent.
+//! (compact) the switch from compact to ELF entries once the reader budget is spent. The
+//! same churn without a debugger, then GDB attaching and reading a core file, covers the
+//! quiet paths (tombstones, batches rewritten without a debugger) as attach and core files
+//! see them.
 
 mod common;
 mod reader_support;
@@ -57,6 +60,12 @@ fn churn_under_gdb(format: &str, threads: u32, ops: u32) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     let q = std::fs::read_to_string(&queries)
         .unwrap_or_else(|e| panic!("the host wrote no query file ({e}):\n{text}"));
+    check_slots(&q, &text, threads);
+}
+
+/// Checks GDB's answers in `text` to the slot queries `q` (the host's `SCALE_HOST_QUERIES`
+/// file, `threads` x 64 slots).
+fn check_slots(q: &str, text: &str, threads: u32) {
     // Expected: `# EXPECT ADDR NAME|-`, written by the host from its live set.
     let expected: Vec<(String, String)> = q
         .lines()
@@ -90,6 +99,67 @@ fn churn_under_gdb(format: &str, threads: u32, ops: u32) {
         wrong.len(),
         wrong.join("\n")
     );
+}
+
+/// The same churn without a debugger (compact records appended in place and tombstoned;
+/// small ELF objects in entries merged into batches, each batch rewritten as objects leave),
+/// then GDB attaches, and then reads a core file of the process: both know exactly the live
+/// set.
+fn churn_then_attach(format: &str, threads: u32, ops: u32) {
+    let dir = TempDir::new(&format!("scale-attach-{format}"));
+    let queries = dir.join("queries.gdb");
+    let core = dir.join("churn.core");
+    // The host writes its queries there (`queries.gdb` in its directory).
+    let (t, o) = (threads.to_string(), ops.to_string());
+    let host = WaitingHost::start(&scale_host(), &["churn", &t, &o, format], dir.path());
+    let gdb = |target: &[String]| {
+        let mut cmd = Command::new("gdb");
+        cmd.args(["-batch", "-nx"]);
+        if format == "compact" {
+            cmd.arg("-ex")
+                .arg(format!("jit-reader-load {}", reader_so().display()));
+        }
+        cmd.args(target).current_dir(dir.path());
+        let out = cmd.output().expect("run gdb");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let source = format!("source {}", queries.display());
+    let attached = gdb(&[
+        "-p".into(),
+        host.pid.to_string(),
+        "-ex".into(),
+        source.clone(),
+        "-ex".into(),
+        format!("gcore {}", core.display()),
+        "-ex".into(),
+        "detach".into(),
+    ]);
+    drop(host);
+    let q = std::fs::read_to_string(&queries)
+        .unwrap_or_else(|e| panic!("the host wrote no query file ({e}):\n{attached}"));
+    check_slots(&q, &attached, threads);
+    assert!(core.exists(), "gcore wrote no core file:\n{attached}");
+    let post_mortem = gdb(&[
+        "-ex".into(),
+        source,
+        scale_host().display().to_string(),
+        core.display().to_string(),
+    ]);
+    check_slots(&q, &post_mortem, threads);
+}
+
+#[test]
+fn scale_churn_without_debugger_then_attach_and_core_elf() {
+    if require_tool("gdb", "scale_churn_attach_elf") {
+        churn_then_attach("elf", 4, 3000);
+    }
+}
+
+#[test]
+fn scale_churn_without_debugger_then_attach_and_core_compact() {
+    if require_tool("gdb", "scale_churn_attach_compact") {
+        churn_then_attach("compact", 4, 3000);
+    }
 }
 
 #[test]

@@ -8,10 +8,15 @@
 //! scale_host attach N K compact|elf     the same, then print the pid and sleep
 //! scale_host unreg N M compact|elf      register N functions one by one, then unregister
 //!                                       M of them spread over the whole set; print timing
+//! scale_host tier N EVERY compact|elf   register N functions one by one, unregistering
+//!                                       a recent one after every EVERY-th; print timing
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
 //!                                       print every slot's address and the function
 //!                                       registered there (or -), stop in
 //!                                       scale_host_checkpoint
+//! scale_host churn T OPS compact|elf wait
+//!                                       the same (queries to ./queries.gdb by default),
+//!                                       then print `ready pid=PID` and sleep
 //! ```
 //! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
 //! function's lines at its own place in the source (default: every function has lines 10-17).
@@ -266,7 +271,36 @@ fn encode_all(n: u64, k: u64, format: Format) {
     );
 }
 
-fn churn(threads: u64, ops: u64, format: Format) {
+/// A tiering runtime: registers `n` functions one by one, and after every `every`-th
+/// unregisters the one registered `every / 2` registrations before (its code replaced by
+/// an optimised version, soon after it was compiled). Times the whole run.
+fn tier(n: u64, every: u64, format: Format) {
+    let every = every.max(2);
+    let base = code_area(n);
+    let mut regs: Vec<Option<Registration>> = (0..n).map(|_| None).collect();
+    let mut name = [0u8; 20];
+    let t0 = Instant::now();
+    let mut dropped = 0u64;
+    for i in 0..n {
+        let mut obj = JitObject::new();
+        add(&mut obj, name_of(&mut name, i), base + i * FN_SIZE);
+        regs[i as usize] = Some(jit_interface::register(&obj, format).expect("register"));
+        if i % every == every - 1 {
+            drop(regs[(i - every / 2) as usize].take());
+            dropped += 1;
+        }
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    eprintln!(
+        "TOTAL tier {dt:.6} s ({:.1} ns/registration, {dropped} of {n} unregistered, {} entries)",
+        dt * 1e9 / n as f64,
+        jit_interface::descriptor::entry_count()
+    );
+    scale_host_checkpoint(regs.iter().flatten().count());
+    std::process::exit(0);
+}
+
+fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
     const SLOTS: u64 = 64;
     let base = code_area(threads * SLOTS);
     let t0 = Instant::now();
@@ -313,7 +347,10 @@ fn churn(threads: u64, ops: u64, format: Format) {
     }
     // With SCALE_HOST_QUERIES=FILE, write GDB commands asking for every slot's address, for
     // the debugger to `source` at the checkpoint.
-    if let Some(path) = std::env::var_os("SCALE_HOST_QUERIES") {
+    // (Waiting for a debugger to attach: `queries.gdb` in the current directory if unset.)
+    let queries = std::env::var_os("SCALE_HOST_QUERIES")
+        .or_else(|| wait.then(|| std::ffi::OsString::from("queries.gdb")));
+    if let Some(path) = queries {
         let mut q = String::new();
         for (i, slot) in slots.iter().enumerate() {
             let addr = base + i as u64 * FN_SIZE;
@@ -327,6 +364,13 @@ fn churn(threads: u64, ops: u64, format: Format) {
     let live: Vec<_> = slots.into_iter().flatten().collect();
     println!("LIVE-COUNT {}", live.len());
     scale_host_checkpoint(live.len());
+    if wait {
+        // For a debugger that attaches now (the churn ran without one).
+        println!("ready pid={}", std::process::id());
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(std::time::Duration::from_secs(600));
+    }
     drop(live);
 }
 
@@ -384,11 +428,17 @@ fn main() {
             drop(regs);
         }
         Some("unreg") => unregister_some(num(2), num(3), format_arg(&args[4])),
-        Some("churn") => churn(num(2), num(3), format_arg(&args[4])),
+        Some("tier") => tier(num(2), num(3), format_arg(&args[4])),
+        Some("churn") => churn(
+            num(2),
+            num(3),
+            format_arg(&args[4]),
+            args.get(5).is_some_and(|a| a == "wait"),
+        ),
         _ => {
             eprintln!(
                 "usage: scale_host reg|encode|attach N K compact|elf | unreg N M compact|elf \
-                 | churn T OPS compact|elf"
+                 | tier N EVERY compact|elf | churn T OPS compact|elf [wait]"
             );
             std::process::exit(2);
         }

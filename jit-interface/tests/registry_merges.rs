@@ -118,3 +118,43 @@ fn sealed_elf_batches_are_rewritten_from_their_records() {
         "the variable of the object that kept its model is gone"
     );
 }
+
+/// A tiering runtime without a debugger: after every 10th registration it unregisters the
+/// object registered 5 before (replaced by optimised code), and now and then an old one.
+/// The list names exactly the live functions at every step checked, and stays short.
+#[test]
+fn tiering_without_a_debugger_keeps_the_list_exact_and_short() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x5b00_0000_0000u64;
+    let entries_before = jit_interface::descriptor::entry_count();
+    let mut live: Vec<Option<(String, Registration)>> = Vec::new();
+    for i in 0..3000u64 {
+        let name = format!("tiered_elf_{i:04}");
+        let obj = object(&name, base + i * 64);
+        let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+        live.push(Some((name, reg)));
+        if i % 10 == 9 {
+            drop(live[i as usize - 5].take());
+        }
+        if i % 250 == 249 {
+            // An old one too (a full payload, rewritten the general way).
+            drop(live[(i / 3) as usize].take());
+            let mut want: Vec<String> = live.iter().flatten().map(|(n, _)| n.clone()).collect();
+            want.sort();
+            let (names, _) = listed_elf();
+            let names: Vec<String> = names
+                .into_iter()
+                .filter(|n| n.starts_with("tiered_elf_"))
+                .collect();
+            assert_eq!(names, want, "after {} registrations", i + 1);
+        }
+    }
+    let added = jit_interface::descriptor::entry_count() - entries_before;
+    // Below FAN_IN entries per unsealed level, and the sealed ones.
+    assert!(
+        added <= 72,
+        "3,000 objects left {added} entries in the list"
+    );
+    drop(live);
+    assert_eq!(jit_interface::descriptor::entry_count(), entries_before);
+}
