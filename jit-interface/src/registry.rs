@@ -12,19 +12,22 @@
 //!   records once they are the larger part. A debugger that attaches later reads the whole
 //!   list, as GDB always does on attach; the byte is read again after every in-place change,
 //!   so a debugger that attached meanwhile is told about it before the call returns.
+//!   Small ELF objects are appended in place the same way, to a growing ELF payload
+//!   (`elf::Growing`: each object is encoded once, into its place, and its compact
+//!   record is kept for rewrites); an ELF payload has no live check, so unregistering
+//!   rewrites the batch. Objects with call sites or variables (which a compact record
+//!   cannot carry) are registered as under a debugger.
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
 //!   before the call returns), every `FAN_IN` of those are merged into one batch entry, every
 //!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. ELF
 //!   batches are re-encoded from the kept models; a sealed batch keeps its members' compact
-//!   records instead (a quarter of the memory) and decodes them at its first rewrite. ELF
-//!   objects are merged the same way without a debugger (an ELF payload cannot grow in
-//!   place). A compact registration's own entry is read
-//!   through our reader (the cheapest stop), but the batches it is merged into are encoded as
-//!   ELF, which GDB reads natively and frees whole (see `State::build_as_elf`: GDB leaks
-//!   memory for every function its reader interface reads), and once `READER_BUDGET`
-//!   functions were read that way, small compact registrations get ELF entries of their own
-//!   too. Without a debugger, compact records are self-contained, so merging and rewriting
-//!   copy bytes.
+//!   records instead (a quarter of the memory) and decodes them at its first rewrite. A
+//!   compact registration's own entry is read through our reader (the cheapest stop), but
+//!   the batches it is merged into are encoded as ELF, which GDB reads natively and frees
+//!   whole (see `State::build_as_elf`: GDB leaks memory for every function its reader
+//!   interface reads), and once `READER_BUDGET` functions were read that way, small compact
+//!   registrations get ELF entries of their own too. Without a debugger, compact records
+//!   are self-contained, so merging and rewriting copy bytes.
 //!
 //! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
 //!
@@ -163,7 +166,11 @@ struct Batch {
     /// (without live checks) of those members that have no model, which the first rewrite
     /// (a member leaves) decodes. A model takes about four times the memory of its record,
     /// and sealed batches hold nearly every registration of a long run (see `keep_records`).
+    /// A growing ELF batch keeps its members' records the same way.
     records: Vec<u8>,
+    /// An ELF batch that small objects are appended to in place while no debugger is
+    /// attached (`State::append_growing`): the state of its payload.
+    growing: Option<Box<crate::elf::Growing>>,
 }
 
 impl Batch {
@@ -184,6 +191,7 @@ impl Batch {
             open: false,
             pending: 0,
             records: Vec::new(),
+            growing: None,
         }
     }
 
@@ -357,6 +365,16 @@ struct State {
     /// The compact batch appended to in place, per architecture (`Arch as usize`; 0: none,
     /// never a batch id). An array: every quiet registration looks it up.
     open: [u64; 2],
+    /// The growing ELF batch (x86-64: the ELF encoder's only architecture), or `FREE`.
+    growing: u64,
+    /// A growing payload's buffer no longer linked, for the next one (see
+    /// `elf::Growing::new`): a growing batch rewritten at every unregistration would
+    /// otherwise allocate (and zero) a fresh one each time.
+    spare_growing: Option<Vec<u8>>,
+    /// Objects appended to growing batches as registered, and appended again when an
+    /// object before them left (see `regrow`).
+    grown: u64,
+    regrown: u64,
     /// Registrations so far, mixed into live keys (see `State::fresh_live_key`).
     keys: u64,
     key_seed: u64,
@@ -515,6 +533,12 @@ static REGISTRY: OnceLock<Mutex<State>> = OnceLock::new();
 /// Mirrors `State::deferred.is_some()`, for choosing an encoding before taking the lock.
 static DEFERRED: AtomicBool = AtomicBool::new(false);
 
+/// Growing payloads are rebuilt (`State::regrow`) only while the objects appended again
+/// stay below `REGROW_LIMIT` times those appended, plus `REGROW_SLACK`; beyond, a growing
+/// batch that loses an object is sealed and rewritten the general way.
+const REGROW_LIMIT: u64 = 1;
+const REGROW_SLACK: u64 = 4096;
+
 /// How many functions small compact registrations may make a debugger read through its
 /// reader interface, one entry each, before such registrations are announced as ELF.
 ///
@@ -613,6 +637,16 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     } else {
         format
     };
+    // Without a debugger, a small ELF object is appended in place to a growing ELF payload
+    // (encoded once, never merged; see `State::append_growing`). It is encoded under the
+    // registry's lock (where it goes decides its offsets); its compact record, encoded
+    // here, is kept for rewrites, so objects the record cannot carry whole (call sites,
+    // variables) take the general path. (Checked again under the lock.)
+    let grow = format == Format::Elf
+        && !big
+        && arch == Arch::X86_64
+        && lossless(object)
+        && !descriptor::debugger_attached();
     SCRATCH.with(|scratch| {
         let mut scratch = scratch.borrow_mut();
         // Encode before taking the lock: registrations from several threads encode in
@@ -628,6 +662,12 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 // model for them (the others' models are decoded from their records).
                 let calls = !big && object.functions().iter().any(|f| !f.calls().is_empty());
                 (None, calls.then(|| Arc::new(object.clone())))
+            }
+            Format::Elf if grow => {
+                // Validates the object, as the ELF encoder would (the same checks).
+                scratch.clear();
+                crate::format::encode_record(&mut scratch, object, None)?;
+                (None, None)
             }
             Format::Elf => {
                 if format == Format::Compact {
@@ -648,7 +688,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             }
         };
         let record_len = elf.as_ref().map_or(scratch.len(), Vec::len);
-        let payload_len = match encoding {
+        let mut payload_len = match encoding {
             Format::Compact => crate::format::HEADER_LEN + record_len,
             Format::Elf => record_len,
         };
@@ -669,11 +709,50 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 crate::format::patch_live_check(&mut scratch, LiveCheck { address, key });
             }
             let attached = descriptor::debugger_attached();
+            let mut grown = None;
+            if grow {
+                let appended = if attached {
+                    Ok(None)
+                } else {
+                    st.append_growing(id, object, &scratch)
+                };
+                match appended {
+                    Ok(Some((batch_id, bytes))) => {
+                        grown = Some(batch_id);
+                        payload_len = bytes;
+                        st.grown += 1;
+                    }
+                    Ok(None) => {
+                        // No room even in a new payload, or a debugger attached meanwhile:
+                        // the general path, which needs the payload and the model.
+                        let buf = SPARE_PAYLOADS
+                            .with(|p| p.borrow_mut().pop())
+                            .unwrap_or_default();
+                        match crate::elf::encode_objects_into(arch, &[object], buf) {
+                            Ok(payload) => {
+                                payload_len = payload.len();
+                                elf = Some(payload);
+                                st.set_model(id, Some(Arc::new(object.clone())));
+                            }
+                            Err(e) => {
+                                st.release(id);
+                                return Err(e);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        st.release(id);
+                        return Err(e);
+                    }
+                }
+            }
             let quiet = encoding == Format::Compact
                 && !big
                 && record_len <= OPEN_RECORD_MAX
                 && (!attached || st.deferred.is_some());
-            let batch_id = if quiet {
+            let batch_id = if let Some(batch_id) = grown {
+                batch_id
+            } else if quiet {
                 st.append_quietly(id, arch, &scratch)
             } else {
                 if attached && st.deferred.is_none() {
@@ -690,8 +769,9 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                     }
                     Format::Elf => elf.take().unwrap_or_default(),
                 };
-                // The record ends the payload, which is a header longer than the record.
-                let at = (buf.len() - record_len) as u32;
+                // The record ends the payload, which is a header longer than the record (an
+                // ELF slot's place is not used).
+                let at = buf.len().saturating_sub(record_len) as u32;
                 let level = if big { SEALED } else { 0 };
                 let slot = Slot {
                     id,
@@ -706,7 +786,7 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             if let Some(m) = st.member_mut(id) {
                 m.batch = Batches::index(batch_id);
             }
-            if !quiet && !big {
+            if !quiet && !big && grown.is_none() {
                 if encoding != format {
                     // The reader budget is spent: compact entries of their own still waiting
                     // for a merge would wait for good (no more join them), so they go into
@@ -729,6 +809,14 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             payload_len: payload_len as u64,
         })
     })
+}
+
+/// Can `object`'s compact record carry it whole (for re-encoding as ELF)?
+fn lossless(object: &JitObject) -> bool {
+    object
+        .functions()
+        .iter()
+        .all(|f| f.calls().is_empty() && f.variables().is_empty())
 }
 
 /// Index of `arch` in `State::open` (a match, so that a new architecture must get one).
@@ -773,6 +861,15 @@ impl State {
         };
         self.set_model(i, model);
         Ok(i)
+    }
+
+    /// Frees member index `id` again (its registration failed before it joined a batch).
+    fn release(&mut self, id: u32) {
+        self.set_model(id, None);
+        if let Some(m) = self.members.get_mut(id as usize) {
+            m.batch = MEMBER_FREE;
+            self.free.push(id);
+        }
     }
 
     /// The model kept for member `id`, if any.
@@ -910,10 +1007,90 @@ impl State {
         batch_id
     }
 
+    /// Appends the small ELF object `object` (member `id`, whose compact record without
+    /// live check is `record`) in place to the growing ELF batch, or to a new one when there
+    /// is none or it is full. Returns the batch and the bytes the object took there;
+    /// `Ok(None)` if it fits in no growing payload (the caller registers it the general
+    /// way). No debugger was attached when the caller looked; if one is attached now, it is
+    /// told about the batch, which stops growing.
+    ///
+    /// Why: without a debugger, small ELF objects registered one by one used to get an entry
+    /// each, merged 32 at a time and again 32 of those at a time, so every object was
+    /// encoded three times; in a growing payload it is encoded once, into its place.
+    fn append_growing(
+        &mut self,
+        id: u32,
+        object: &JitObject,
+        record: &[u8],
+    ) -> Result<Option<(u64, usize)>> {
+        let len = offset32(record.len(), Format::Compact)?;
+        let batch_id = self.growing;
+        if batch_id != FREE {
+            if let Some(batch) = self.batches.get_mut(batch_id) {
+                if let Some(growing) = batch.growing.as_mut() {
+                    if let Some(bytes) = growing.append(&mut batch.buf, object)? {
+                        // Records stay far below 4 GiB: a payload holds about 1,000 objects.
+                        let at = batch.records.len() as u32;
+                        batch.records.extend_from_slice(record);
+                        batch.members.push(Slot { id, at, len });
+                        if descriptor::debugger_attached() {
+                            // Attached meanwhile: it may have read the payload before.
+                            self.republish(batch_id, false);
+                        }
+                        return Ok(Some((batch_id, bytes)));
+                    }
+                }
+            }
+            // Full (or no room for this object): it stays as it is, sealed.
+            self.seal(batch_id);
+        }
+        self.grow_new(id, object, record, len)
+    }
+
+    /// `append_growing` when there is no growing batch with room: a new one, holding
+    /// `object`, linked once it is in.
+    #[cold]
+    #[inline(never)]
+    fn grow_new(
+        &mut self,
+        id: u32,
+        object: &JitObject,
+        record: &[u8],
+        len: u32,
+    ) -> Result<Option<(u64, usize)>> {
+        // Allocated before the payload: see `Batch::cell`.
+        let cell = EntryCell::new();
+        let (mut buf, mut growing) = crate::elf::Growing::new(self.spare_growing.take())?;
+        let Some(bytes) = growing.append(&mut buf, object)? else {
+            return Ok(None);
+        };
+        // Room for the records of a full payload: they are about a fifth of its size.
+        let mut records = Vec::with_capacity(crate::elf::GROWING_PAYLOAD / 4);
+        records.extend_from_slice(&crate::format::header(object.arch()));
+        let at = records.len() as u32;
+        records.extend_from_slice(record);
+        let slot = Slot { id, at, len };
+        let batch_id = self.link_new(cell, Format::Elf, SEALED, buf, vec![slot]);
+        if let Some(b) = self.batches.get_mut(batch_id) {
+            b.records = records;
+            b.growing = Some(Box::new(growing));
+        }
+        if descriptor::debugger_attached() {
+            // It read the batch when linked; it is not told about appends.
+            self.seal(batch_id);
+        } else {
+            self.growing = batch_id;
+        }
+        Ok(Some((batch_id, bytes)))
+    }
+
     /// Stops appending to `batch_id` in place.
     fn seal(&mut self, batch_id: u64) {
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = false;
+            if let Some(mirror) = b.growing.take().and_then(|mut g| g.take_mirror()) {
+                self.spare_growing = Some(mirror);
+            }
         }
         self.unopen(batch_id);
     }
@@ -921,19 +1098,22 @@ impl State {
     /// A debugger is attached: open batches stop growing in place (it has read them, on
     /// attach, or is told about them by `republish`).
     fn close_open_batches(&mut self) {
-        for b in self.open {
+        for b in self.open.into_iter().chain([self.growing]) {
             if b != FREE {
                 self.seal(b);
             }
         }
     }
 
-    /// Forgets `batch_id` as an open batch.
+    /// Forgets `batch_id` as an open or growing batch.
     fn unopen(&mut self, batch_id: u64) {
         for b in &mut self.open {
             if *b == batch_id {
                 *b = FREE;
             }
+        }
+        if self.growing == batch_id {
+            self.growing = FREE;
         }
     }
 
@@ -1201,11 +1381,7 @@ impl State {
             let Some(model) = self.model_of(s.id) else {
                 continue;
             };
-            let lossless = model
-                .functions()
-                .iter()
-                .all(|f| f.calls().is_empty() && f.variables().is_empty());
-            if !lossless {
+            if !lossless(model) {
                 continue;
             }
             if records.is_empty() {
@@ -1312,6 +1488,10 @@ impl State {
             }
         }
         self.unopen(batch_id);
+        if batch.buf.len() == crate::elf::GROWING_PAYLOAD {
+            self.spare_growing = Some(batch.buf);
+            return;
+        }
         if batch.format == Format::Elf && batch.level == 0 && batch.buf.capacity() <= SPARE_MAX {
             SPARE_PAYLOADS.with(|p| {
                 let mut p = p.borrow_mut();
@@ -1333,6 +1513,10 @@ impl State {
             return;
         };
         let (format, open) = (batch.format, batch.open);
+        if batch.growing.is_some() {
+            // Rewritten by the general encoder: it grows no more.
+            self.seal(batch_id);
+        }
         if format == Format::Elf && !self.decode_models(batch_id) {
             // A record of our own that does not decode: leave the batch (stale) as it is.
             return;
@@ -1360,8 +1544,14 @@ impl State {
         // then, after the debugger was told).
         unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
-        batch.buf = buf;
+        let old = std::mem::replace(&mut batch.buf, buf);
         batch.members = slots;
+        if old.len() == crate::elf::GROWING_PAYLOAD {
+            self.spare_growing = Some(old);
+        }
+        let Some(batch) = self.batches.get_mut(batch_id) else {
+            return;
+        };
         // Every member has its model now (decoded above, or by `build_as_elf`), and keeps
         // it: a batch that loses one member often loses more, and decoding it all again
         // at each would cost more than the rest of the rewrite.
@@ -1381,6 +1571,89 @@ impl State {
                     .push(batch_id);
             }
         }
+    }
+
+    /// Takes the object at `pos` (in append order; already out of `members`) out of the
+    /// growing batch `batch_id`: the payload as it was before that object was appended,
+    /// copied, with the objects appended after it appended again (decoded from their
+    /// records), replaces it, and keeps growing. A runtime that replaces code soon after
+    /// compiling it (tiering) unregisters recent objects: few are appended again. Sealing
+    /// the batch instead would leave an entry per such unregistration; encoding every
+    /// member again would cost as much as a full batch at each. False if that fails (the
+    /// caller rewrites it the general way).
+    fn regrow(&mut self, batch_id: u64, pos: usize) -> bool {
+        let Some(batch) = self.batches.get_mut(batch_id) else {
+            return false;
+        };
+        let Some(mut growing) = batch.growing.take() else {
+            return false;
+        };
+        let members = batch.members.len();
+        // A runtime that unregisters objects from the start or middle of the growing
+        // payload again and again (a small set of functions replaced at random, a module
+        // unloaded in order) would pay more for appending the later ones again than merging
+        // would have cost: beyond a budget that grows with the objects appended, the batch
+        // is sealed and rewritten instead (as a full one is).
+        let suffix = (members - pos) as u64;
+        if growing.objects() != members + 1
+            || self.regrown + suffix > REGROW_LIMIT * self.grown + REGROW_SLACK
+        {
+            batch.growing = Some(growing);
+            return false;
+        }
+        self.regrown += suffix;
+        let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.take()) else {
+            batch.growing = Some(growing);
+            return false;
+        };
+        // From here on, a failure leaves the batch sealed (its state is the new payload's).
+        let Some(batch) = self.batches.get(batch_id) else {
+            return false;
+        };
+        let header = batch.records.get(..crate::format::HEADER_LEN);
+        let mut payload = Vec::new();
+        for s in &batch.members[pos..] {
+            let decoded;
+            let model = match self.model_of(s.id) {
+                Some(model) => model,
+                None => {
+                    let (Some(header), Some(record)) = (header, batch.records.get(s.range()))
+                    else {
+                        self.seal(batch_id);
+                        return false;
+                    };
+                    payload.clear();
+                    payload.extend_from_slice(header);
+                    payload.extend_from_slice(record);
+                    match crate::format::decode(&payload) {
+                        Ok(d) => decoded = d.object,
+                        Err(_) => {
+                            self.seal(batch_id);
+                            return false;
+                        }
+                    }
+                    &decoded
+                }
+            };
+            if !matches!(growing.append(&mut buf, model), Ok(Some(_))) {
+                self.seal(batch_id);
+                return false;
+            }
+        }
+        let mut cell = EntryCell::new();
+        *cell.entry.get_mut() = JitCodeEntry::new(&buf);
+        let Some(batch) = self.batches.get_mut(batch_id) else {
+            return false;
+        };
+        // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
+        // take the old ones' place in the batch right after (the old payload is kept for
+        // the next rollback only then, after the debugger was told).
+        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
+        batch.cell = cell;
+        let old = std::mem::replace(&mut batch.buf, buf);
+        growing.keep_mirror(old);
+        batch.growing = Some(growing);
+        true
     }
 
     /// Unregisters member `id`. Its entry is unlinked if it held nothing else. Otherwise,
@@ -1412,6 +1685,13 @@ impl State {
             self.unlink_batch(batch_id);
             return;
         }
+        if batch.growing.is_some() && !descriptor::debugger_attached() && self.regrow(batch_id, pos)
+        {
+            return;
+        }
+        let Some(batch) = self.batches.get_mut(batch_id) else {
+            return;
+        };
         if batch.format == Format::Compact && !descriptor::debugger_attached() {
             batch.dead += slot.len as usize;
             let dead = batch.dead;

@@ -192,12 +192,12 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
 }
 
 /// Size of the CIE.
-const CIE_LEN: usize = 24;
+pub(super) const CIE_LEN: usize = 24;
 
 /// Writes the CIE every FDE refers to: version 1 (what every debugger reads; GCC emits it
 /// too), no augmentation, code offsets in bytes, stack offsets factored by -8, and the
 /// state at a function's first instruction.
-fn write_cie(out: &mut Vec<u8>) -> Result<()> {
+pub(super) fn write_cie(out: &mut Vec<u8>) -> Result<()> {
     out.u32(0);
     out.u32(u32::MAX);
     out.u8(1);

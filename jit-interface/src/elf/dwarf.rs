@@ -279,8 +279,120 @@ impl Info<'_> {
     }
 }
 
+/// Writes an abbreviation table declaring every abbreviation [`build`] may use, at their
+/// fixed codes: compile units appended to one payload one by one all use it.
+pub(super) fn all_abbreviations(out: &mut Vec<u8>) {
+    let mut unused = Vec::new();
+    let info = Info {
+        out: &mut unused,
+        used: [true; ABBREV_COUNT],
+    };
+    info.abbrev_section(out);
+}
+
+/// Abbreviation code of a compile unit without address attributes, with lines: what the
+/// units that growing payloads extend object after object use (`append.rs`; readers take
+/// such a unit's addresses from its subprograms). Not one `build` writes.
+pub(super) const OPEN_UNIT_CODE: u8 = 0x7f;
+/// A subprogram of an open unit: name, address and a 16-bit size, 15 bytes, so that with
+/// the 0 after it, joining the unit is one 16-byte store (see [`open_subprogram`]).
+const OPEN_SUBPROGRAM_CODE: u8 = 0x7e;
+const _: () = assert!(ABBREV_COUNT < OPEN_SUBPROGRAM_CODE as usize);
+
+/// Writes the abbreviations of [`all_abbreviations`] and [`OPEN_UNIT_CODE`]'s.
+pub(super) fn growing_abbreviations(out: &mut Vec<u8>) {
+    all_abbreviations(out);
+    // Before the table's terminating 0.
+    out.pop();
+    out.uleb(OPEN_UNIT_CODE.into());
+    out.uleb(dw::DW_TAG_compile_unit.0.into());
+    out.u8(dw::DW_CHILDREN_yes.0);
+    for (at, form) in [
+        (dw::DW_AT_name, dw::DW_FORM_string),
+        (dw::DW_AT_language, dw::DW_FORM_data1),
+        (dw::DW_AT_stmt_list, dw::DW_FORM_sec_offset),
+    ] {
+        out.uleb(at.0.into());
+        out.uleb(form.0.into());
+    }
+    out.u16(0);
+    out.uleb(OPEN_SUBPROGRAM_CODE.into());
+    out.uleb(dw::DW_TAG_subprogram.0.into());
+    out.u8(dw::DW_CHILDREN_no.0);
+    for (at, form) in [
+        (dw::DW_AT_name, dw::DW_FORM_strp),
+        (dw::DW_AT_external, dw::DW_FORM_flag_present),
+        (dw::DW_AT_low_pc, dw::DW_FORM_addr),
+        (dw::DW_AT_high_pc, dw::DW_FORM_data2),
+    ] {
+        out.uleb(at.0.into());
+        out.uleb(form.0.into());
+    }
+    out.u16(0);
+    out.u8(0);
+}
+
+/// The subprogram entry of an open unit for a function named at `name` in `.debug_str`,
+/// at `low`, of `size` bytes (`None` above 65,535), followed by the 0 that ends the unit's
+/// list of subprograms.
+pub(super) fn open_subprogram(name: u32, low: u64, size: u32) -> Option<[u8; 16]> {
+    let size = u16::try_from(size).ok()?;
+    let mut b = [0u8; 16];
+    b[0] = OPEN_SUBPROGRAM_CODE;
+    b[1..5].copy_from_slice(&name.to_le_bytes());
+    b[5..13].copy_from_slice(&low.to_le_bytes());
+    b[13..15].copy_from_slice(&size.to_le_bytes());
+    Some(b)
+}
+
+/// Writes the header and top entry of an open unit (see [`OPEN_UNIT_CODE`]) for `file`
+/// with its line program at `stmt_list`; its length is patched by the caller.
+pub(super) fn open_unit(out: &mut Vec<u8>, file: &str, stmt_list: u32) {
+    out.extend_from_slice(&[0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8]);
+    out.u8(OPEN_UNIT_CODE);
+    out.cstr(file);
+    out.u8(dw::DW_LANG_C99.0 as u8);
+    out.u32(stmt_list);
+}
+
+/// If `info` (as [`build`] wrote it) is one unit of one address range with lines and plain
+/// subprograms, the offset of its first subprogram (they run to the unit's last byte, its
+/// terminating 0).
+pub(super) fn plain_unit_children(info: &[u8]) -> Option<usize> {
+    let unit_len = u32::from_le_bytes(info.get(..4)?.try_into().ok()?) as usize;
+    if unit_len + 4 != info.len() || *info.get(11)? != Abbrev::UnitRangeLines as u8 {
+        return None;
+    }
+    // Code, name, language, low address, ULEB128 size, line program offset.
+    let mut at = 12;
+    at += info.get(at..)?.iter().position(|&b| b == 0)? + 1;
+    at += 1 + 8;
+    at += info.get(at..)?.iter().position(|&b| b & 0x80 == 0)? + 1;
+    at += 4;
+    // Every child a plain subprogram.
+    (*info.get(at)? == Abbrev::Subprogram as u8 && info.last() == Some(&0)).then_some(at)
+}
+
+/// Where the sections that `.debug_info` refers to by offset start, relative to what
+/// [`build`] writes: zero for a payload of its own; the space already taken when the output
+/// is appended to a payload that grows in place (`append.rs`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Bases {
+    /// Added to `Layout::name_offsets` (`.debug_str`).
+    pub strings: u32,
+    pub line: u32,
+    pub ranges: u32,
+}
+
 /// Builds the DWARF sections for `layout` into `parts`.
 pub(super) fn build(layout: &Layout<'_>, parts: &mut Parts) -> Result<()> {
+    build_at(layout, parts, Bases::default())
+}
+
+/// [`build`], with offsets into other sections moved by `bases`. Call sites refer to
+/// subprograms by `.debug_info` offset, which only a payload of its own knows: objects with
+/// call sites need zero bases.
+pub(super) fn build_at(layout: &Layout<'_>, parts: &mut Parts, bases: Bases) -> Result<()> {
     let n = layout.functions.len();
     let Parts {
         info,
@@ -312,15 +424,21 @@ pub(super) fn build(layout: &Layout<'_>, parts: &mut Parts) -> Result<()> {
     });
     for unit in &layout.units {
         let stmt_list = match unit.file {
-            Some(file) => Some(line_program(
-                line,
-                file,
-                layout,
-                layout.unit_functions(unit),
-            )?),
+            Some(file) => {
+                let at = line_program(line, file, layout, layout.unit_functions(unit))?;
+                Some(offset32(at as usize + bases.line as usize, ".debug_line")?)
+            }
             None => None,
         };
-        compile_unit(&mut info, ranges, layout, unit, stmt_list, calls.as_mut())?;
+        compile_unit(
+            &mut info,
+            ranges,
+            layout,
+            unit,
+            stmt_list,
+            calls.as_mut(),
+            bases,
+        )?;
     }
     if let Some(calls) = calls {
         for &(at, callee) in calls.fixups.iter() {
@@ -342,6 +460,7 @@ fn compile_unit(
     unit: &Unit<'_>,
     stmt_list: Option<u32>,
     calls: Option<&mut CallRefs>,
+    bases: Bases,
 ) -> Result<()> {
     let start = info.out.len();
     // Length (patched), version 4, abbreviations at offset 0 (all units share them),
@@ -382,7 +501,10 @@ fn compile_unit(
         info.out.u8(dw::DW_LANG_C99.0 as u8);
         // Base address 0: the range list holds absolute addresses.
         info.out.u64(0);
-        info.out.u32(offset32(ranges_at, ".debug_ranges")?);
+        info.out.u32(offset32(
+            ranges_at + bases.ranges as usize,
+            ".debug_ranges",
+        )?);
         ranges.u64(0);
         ranges.u64(0);
     }
@@ -391,7 +513,7 @@ fn compile_unit(
     }
 
     if !layout.has_extras {
-        plain_subprograms(info, layout, members);
+        plain_subprograms(info, layout, members, bases.strings);
         info.out.u8(0);
         return patch_length(info.out, start, ".debug_info");
     }
@@ -399,7 +521,7 @@ fn compile_unit(
     match calls {
         None => {
             for &i in members {
-                let name = layout.name_offsets[i as usize];
+                let name = layout.name_offsets[i as usize].wrapping_add(bases.strings);
                 if subprogram(info, &layout.function(i), name, &types)? {
                     info.out.u8(0);
                 }
@@ -414,7 +536,7 @@ fn compile_unit(
 /// The subprograms of `members` when no function of the payload has children: each one
 /// entry of the same shape (code, `strp` name, address, ULEB128 size), written from a
 /// fixed-size block.
-fn plain_subprograms(info: &mut Info, layout: &Layout<'_>, members: &[u32]) {
+fn plain_subprograms(info: &mut Info, layout: &Layout<'_>, members: &[u32], base: u32) {
     info.used[Abbrev::Subprogram as usize - 1] = true;
     let out = &mut *info.out;
     let mut put = |f: Function, name: u32| {
@@ -436,11 +558,14 @@ fn plain_subprograms(info: &mut Info, layout: &Layout<'_>, members: &[u32]) {
     if members.len() == layout.functions.len() {
         // The only unit: every function, in address order.
         for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
-            put(p.f, name);
+            put(p.f, name.wrapping_add(base));
         }
     } else {
         for &i in members {
-            put(layout.function(i), layout.name_offsets[i as usize]);
+            put(
+                layout.function(i),
+                layout.name_offsets[i as usize].wrapping_add(base),
+            );
         }
     }
 }

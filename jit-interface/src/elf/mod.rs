@@ -12,6 +12,7 @@
 //! program, about 13 of CFI (FDEs shared by neighbours with the same rules), plus the name
 //! once: about 62 bytes + name.
 
+mod append;
 mod bytes;
 mod cfi;
 mod dwarf;
@@ -24,6 +25,7 @@ mod writer;
 
 use crate::error::{Error, Result};
 use crate::model::{Arch, JitObject};
+pub(crate) use append::{Growing, PAYLOAD as GROWING_PAYLOAD};
 
 /// Objects of up to this many functions get a `.gdb_index` (see `gdb_index.rs`).
 const INDEXED_FUNCTIONS: usize = 8;

@@ -54,6 +54,10 @@ impl SectionName {
             len: name.len(),
         }
     }
+
+    pub(super) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
 }
 
 pub(super) const DEBUG_INFO: SectionName = SectionName::new(b".debug_info");
@@ -62,10 +66,10 @@ pub(super) const DEBUG_LINE: SectionName = SectionName::new(b".debug_line");
 pub(super) const DEBUG_RANGES: SectionName = SectionName::new(b".debug_ranges");
 pub(super) const DEBUG_FRAME: SectionName = SectionName::new(b".debug_frame");
 pub(super) const GDB_INDEX: SectionName = SectionName::new(b".gdb_index");
-const TEXT: SectionName = SectionName::new(b".text");
-const DEBUG_STR: SectionName = SectionName::new(b".debug_str");
-const STRTAB: SectionName = SectionName::new(b".strtab");
-const SYMTAB: SectionName = SectionName::new(b".symtab");
+pub(super) const TEXT: SectionName = SectionName::new(b".text");
+pub(super) const DEBUG_STR: SectionName = SectionName::new(b".debug_str");
+pub(super) const STRTAB: SectionName = SectionName::new(b".strtab");
+pub(super) const SYMTAB: SectionName = SectionName::new(b".symtab");
 const SYMTAB_SHNDX: SectionName = SectionName::new(b".symtab_shndx");
 
 /// The section-name table, on the stack: the longest is 124 bytes (every section), and
@@ -91,26 +95,26 @@ impl Names {
     }
 }
 
-const FILE_HEADER: usize = 64;
-const SECTION_HEADER: usize = 64;
-const SYMBOL: usize = 24;
+pub(super) const FILE_HEADER: usize = 64;
+pub(super) const SECTION_HEADER: usize = 64;
+pub(super) const SYMBOL: usize = 24;
 
 /// One section header's fields.
-struct Header {
-    name: u32,
-    kind: elf::SectionType,
-    flags: elf::SectionFlags,
-    addr: u64,
-    offset: u64,
-    size: u64,
-    link: u32,
-    info: u32,
-    align: u64,
-    entsize: u64,
+pub(super) struct Header {
+    pub name: u32,
+    pub kind: elf::SectionType,
+    pub flags: elf::SectionFlags,
+    pub addr: u64,
+    pub offset: u64,
+    pub size: u64,
+    pub link: u32,
+    pub info: u32,
+    pub align: u64,
+    pub entsize: u64,
 }
 
 impl Header {
-    fn data(name: u32, kind: elf::SectionType, offset: usize, size: usize) -> Header {
+    pub(super) fn data(name: u32, kind: elf::SectionType, offset: usize, size: usize) -> Header {
         Header {
             name,
             kind,
@@ -126,7 +130,7 @@ impl Header {
     }
 
     /// Writes the header into `h`, which is zero: zero fields are left alone.
-    fn write(&self, h: &mut [u8; SECTION_HEADER]) {
+    pub(super) fn write(&self, h: &mut [u8; SECTION_HEADER]) {
         h[0..4].copy_from_slice(&self.name.to_le_bytes());
         h[4..8].copy_from_slice(&self.kind.0.to_le_bytes());
         h[8..16].copy_from_slice(&self.flags.0.to_le_bytes());
@@ -166,7 +170,28 @@ impl Out {
     }
 }
 
-fn align(n: usize, to: usize) -> usize {
+/// Writes the file header of a relocatable x86-64 object into `h` (zero) with its section
+/// headers at `headers_at`.
+pub(super) fn file_header(h: &mut [u8; FILE_HEADER], headers_at: usize, shnum: u16, shstrndx: u16) {
+    h[..4].copy_from_slice(&[0x7f, b'E', b'L', b'F']);
+    h[4] = elf::ELFCLASS64.0;
+    h[5] = elf::ELFDATA2LSB.0;
+    h[6] = elf::EV_CURRENT.0;
+    h[7] = elf::ELFOSABI_NONE.0;
+    // 8 bytes of padding.
+    h[16..18].copy_from_slice(&elf::ET_REL.0.to_le_bytes());
+    h[18..20].copy_from_slice(&elf::EM_X86_64.0.to_le_bytes());
+    h[20..24].copy_from_slice(&u32::from(elf::EV_CURRENT.0).to_le_bytes());
+    // Entry, program headers (0), section headers, flags (0).
+    h[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
+    h[52..54].copy_from_slice(&(FILE_HEADER as u16).to_le_bytes());
+    // No program headers: size and count 0.
+    h[58..60].copy_from_slice(&(SECTION_HEADER as u16).to_le_bytes());
+    h[60..62].copy_from_slice(&shnum.to_le_bytes());
+    h[62..64].copy_from_slice(&shstrndx.to_le_bytes());
+}
+
+pub(super) fn align(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
@@ -243,21 +268,6 @@ pub(super) fn write(
     buf.reserve_exact(len);
     let mut out = Out { bytes: buf };
     // File header.
-    let h = out.next::<FILE_HEADER>();
-    h[..4].copy_from_slice(&[0x7f, b'E', b'L', b'F']);
-    h[4] = elf::ELFCLASS64.0;
-    h[5] = elf::ELFDATA2LSB.0;
-    h[6] = elf::EV_CURRENT.0;
-    h[7] = elf::ELFOSABI_NONE.0;
-    // 8 bytes of padding.
-    h[16..18].copy_from_slice(&elf::ET_REL.0.to_le_bytes());
-    h[18..20].copy_from_slice(&elf::EM_X86_64.0.to_le_bytes());
-    h[20..24].copy_from_slice(&u32::from(elf::EV_CURRENT.0).to_le_bytes());
-    // Entry, program headers (0), section headers, flags (0).
-    h[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
-    h[52..54].copy_from_slice(&(FILE_HEADER as u16).to_le_bytes());
-    // No program headers: size and count 0.
-    h[58..60].copy_from_slice(&(SECTION_HEADER as u16).to_le_bytes());
     // More sections than 16 bits can count: the count is in section 0's size, the index
     // of the names in its link.
     let extended = count >= elf::SHN_LORESERVE as usize;
@@ -266,8 +276,7 @@ pub(super) fn write(
     } else {
         (count as u16, strtab as u16)
     };
-    h[60..62].copy_from_slice(&shnum.to_le_bytes());
-    h[62..64].copy_from_slice(&shstrndx.to_le_bytes());
+    file_header(out.next::<FILE_HEADER>(), headers_at, shnum, shstrndx);
 
     for s in data {
         out.put(s.data);

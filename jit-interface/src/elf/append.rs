@@ -1,0 +1,1017 @@
+//! An ELF payload that grows in place. Without a debugger, the registry appends small
+//! objects registered one by one to such a payload (as it appends compact records to a
+//! compact one): each object is encoded once, straight into it, and never merged with
+//! others afterwards, while the payload stays in the descriptor's list, whole and
+//! consistent, for a debugger that attaches later and for core files.
+//!
+//! The payload has a fixed size ([`PAYLOAD`]); every section has a region of it, filled from
+//! its start, and the section headers say how much of each is in use. An appended object is
+//! what encoding it alone makes (its symbols, names, FDEs and DWARF), moved to where its
+//! bytes go: every FDE refers to the one CIE, every unit to one abbreviation table (all the
+//! abbreviations, at their fixed codes). A one-function object with line rows joins the
+//! *open unit* of its source file (see `OpenUnit`: one compile unit for up to 64 such
+//! functions, which readers hold far fewer of than one unit each); other objects get the
+//! units encoding them alone makes. Objects with call sites are not appended (their DWARF
+//! refers to subprograms by section offset).
+//!
+//! An append writes everything beyond what the headers cover first, then makes it part of
+//! the payload one store at a time, so that a debugger stopping the process between two
+//! stores (attach) or a core file cut there reads a consistent object: names, ranges, FDEs
+//! and line sequences first (nothing refers to them yet), then the `.text` sections of the
+//! new code, then its compile unit or subprogram entry, then its symbols. The unit tests
+//! parse the payload at every one of those points.
+//!
+//! Unused room costs little memory: a new payload is zeroed when allocated (the kernel's
+//! zero pages, for an allocation this large) and only the regions' used parts are written;
+//! a payload no longer linked can be reused as it is (see [`Growing::new`]).
+
+use std::sync::atomic::{compiler_fence, Ordering};
+
+use object::elf;
+
+use super::cfi;
+use super::dwarf;
+use super::layout::{Layout, MAX_PADDING};
+use super::scratch::Scratch;
+use super::writer::{self, Header, FILE_HEADER, SECTION_HEADER, SYMBOL};
+use crate::error::{Error, Result};
+use crate::model::{Arch, JitObject};
+
+/// Size of a growing payload: about 1,000 one-function objects of the benchmark shape
+/// (8 line rows, frame-pointer frame, 20-character name).
+pub(crate) const PAYLOAD: usize = 256 * 1024;
+
+/// Most `.text` sections (runs of adjacent code) of one payload.
+const MAX_RUNS: usize = 247;
+
+/// Section indices: the fixed sections, then one `.text` per run, in the order they came.
+const INFO: usize = 1;
+const ABBREV: usize = 2;
+const LINE: usize = 3;
+const RANGES: usize = 4;
+const FRAME: usize = 5;
+const DEBUG_STR: usize = 6;
+const STRTAB: usize = 7;
+const SYMTAB: usize = 8;
+const FIRST_TEXT: usize = 9;
+const MAX_SECTIONS: usize = FIRST_TEXT + MAX_RUNS;
+const _: () = assert!(MAX_SECTIONS < elf::SHN_LORESERVE as usize);
+
+/// The regions, in file order after the section headers and the abbreviations.
+const REGIONS: usize = 6;
+const STRINGS_R: usize = 0;
+const SYMBOLS_R: usize = 1;
+const INFO_R: usize = 2;
+const LINE_R: usize = 3;
+const RANGES_R: usize = 4;
+const FRAME_R: usize = 5;
+/// The section of each region (`.debug_str` and `.strtab` are one table with two headers).
+const REGION_SECTION: [usize; REGIONS] = [DEBUG_STR, SYMTAB, INFO, LINE, RANGES, FRAME];
+/// Bytes of each region per function the payload is sized for. The benchmark shape takes
+/// 21 (name), 24, about 56 (a unit of its own), 71 (a line program of its own), 0 and 32;
+/// the rest is room for longer names, file names and frame descriptions.
+const SHARE: [usize; REGIONS] = [40, 24, 64, 80, 4, 40];
+
+/// A run of adjacent code with a `.text` section of its own.
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    start: u64,
+    end: u64,
+    section: u16,
+}
+
+/// What becomes of a run of an appended object.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// It continues the payload's run at this index of `Growing::runs`.
+    Extends(usize),
+    /// It gets the section of this index.
+    New(u16),
+}
+
+/// The compile unit that one-function objects of one source file join, one after the
+/// other: it has no address attributes (readers take its addresses from its subprograms),
+/// so a subprogram anywhere joins it, and its line program takes their line sequences.
+/// The unit is made with room for `OPEN_ENTRIES` subprogram entries, zero (null entries,
+/// which readers skip as padding): an entry joins it with one 16-byte store, and its line
+/// sequence with one store of the line program's length (`.debug_line`'s size covers the
+/// whole region from the start: debuggers reach line programs only through their units;
+/// a tool that walks the section from start to end, like `readelf --debug-dump=line`,
+/// also meets the room after the last program: zeros, or a reused payload's old bytes).
+/// Offsets are in the payload.
+#[derive(Debug, Clone, Copy)]
+struct OpenUnit {
+    /// Index in `Growing::files`.
+    file: u32,
+    /// The 0 that ends its list of subprograms.
+    end: usize,
+    /// Past its last byte (room included).
+    limit: usize,
+    line_at: usize,
+    /// Past its line program's last byte.
+    line_end: usize,
+}
+
+/// Subprogram entries an open unit has room for (15 bytes each).
+const OPEN_ENTRIES: usize = 64;
+
+/// How an object's compile unit goes into the payload.
+enum UnitPlan {
+    /// As encoded alone.
+    Own,
+    /// Its function's entry (and a 0 after it) joins the open unit, its line sequences
+    /// (`parts.line[sequences..]`) the unit's line program.
+    Extend { entry: [u8; 16], sequences: usize },
+    /// An open unit for its file is made with its function's entry, after its line
+    /// program.
+    Open { entry: [u8; 16] },
+}
+
+/// Stores `bytes` at `at` with one instruction: a debugger stops the process (attach, or
+/// a crash for a core file) between instructions, so it sees all of them or none.
+fn store16(buf: &mut [u8], at: usize, bytes: [u8; 16]) {
+    let dst = &mut buf[at..at + 16];
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+        // SAFETY: `dst` is 16 writable bytes (the slice above is bounds-checked) and
+        // `bytes` 16 readable ones; SSE2 is part of x86-64; both accesses are unaligned
+        // loads and stores of 16 bytes, which these intrinsics allow.
+        unsafe {
+            let v = _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>());
+            _mm_storeu_si128(dst.as_mut_ptr().cast::<__m128i>(), v);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    dst.copy_from_slice(&bytes);
+}
+
+/// The state of a payload before an object was appended: what [`Growing::rolled_back`]
+/// returns to.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    open: Option<OpenUnit>,
+    used: [u32; REGIONS],
+    sections: u16,
+    functions: u32,
+    /// Length of `Growing::extended` then.
+    extended: u32,
+}
+
+/// The state of a growing payload (the payload itself is the caller's).
+#[derive(Debug)]
+pub(crate) struct Growing {
+    /// Where the abbreviations are; the regions follow them.
+    abbrev: (usize, usize),
+    start: [usize; REGIONS],
+    end: [usize; REGIONS],
+    used: [usize; REGIONS],
+    /// Sections in the file header's count.
+    sections: usize,
+    /// By start address.
+    runs: Vec<Run>,
+    /// Offset of ".text" in the string table.
+    text_name: u32,
+    functions: usize,
+    places: Vec<Place>,
+    /// One per object appended, in order.
+    marks: Vec<Mark>,
+    open: Option<OpenUnit>,
+    /// Files of the open units made so far.
+    files: Vec<String>,
+    /// The header and top entry of an open unit being made.
+    unit_head: Vec<u8>,
+    /// The payload a rollback replaced, with how much of each region it shares with the
+    /// current one (see [`Growing::roll_back`]); the last rollback's cut, until then.
+    mirror: Option<(Vec<u8>, [usize; REGIONS])>,
+    cut: Option<[usize; REGIONS]>,
+    /// The runs appended objects extended, with their ends before (section, end).
+    extended: Vec<(u16, u64)>,
+}
+
+/// The section header of section `index`.
+fn header(buf: &mut [u8], index: usize) -> &mut [u8; SECTION_HEADER] {
+    let at = FILE_HEADER + index * SECTION_HEADER;
+    (&mut buf[at..at + SECTION_HEADER])
+        .try_into()
+        .expect("a section header")
+}
+
+/// Sets the size of section `index` (one aligned 8-byte store).
+fn set_size(buf: &mut [u8], index: usize, size: usize) {
+    header(buf, index)[32..40].copy_from_slice(&(size as u64).to_le_bytes());
+}
+
+/// Stores a unit length (below 4 GiB: payloads are 256 KiB).
+fn put_u32(buf: &mut [u8], at: usize, v: usize) {
+    buf[at..at + 4].copy_from_slice(&(v as u32).to_le_bytes());
+}
+
+/// Orders the stores before it before those after it, for a debugger that stops the
+/// process between them (as a signal handler would see them).
+fn publish(buf: &[u8]) {
+    compiler_fence(Ordering::SeqCst);
+    #[cfg(test)]
+    tests::SNAPSHOTS.with(|s| {
+        if let Some(s) = s.borrow_mut().as_mut() {
+            s.push(buf.to_vec());
+        }
+    });
+    #[cfg(not(test))]
+    let _ = buf;
+}
+
+impl Growing {
+    /// A new growing payload without functions: [`PAYLOAD`] bytes, and its state. `spare`
+    /// is a payload no longer linked, reused if it has that size: only what the new
+    /// payload's headers cover is written (the rest, beyond every section's size, is never
+    /// read), so reusing it touches no fresh memory and zeroes nothing else.
+    pub(crate) fn new(spare: Option<Vec<u8>>) -> Result<(Vec<u8>, Growing)> {
+        let mut buf = match spare {
+            Some(mut b) if b.len() == PAYLOAD => {
+                b[..FILE_HEADER + FIRST_TEXT * SECTION_HEADER].fill(0);
+                b
+            }
+            _ => vec![0u8; PAYLOAD],
+        };
+        let abbrev_at = FILE_HEADER + MAX_SECTIONS * SECTION_HEADER;
+        let mut abbrev = Vec::new();
+        dwarf::growing_abbreviations(&mut abbrev);
+        buf[abbrev_at..abbrev_at + abbrev.len()].copy_from_slice(&abbrev);
+
+        let mut start = [0; REGIONS];
+        let mut end = [0; REGIONS];
+        let first = writer::align(abbrev_at + abbrev.len(), 8);
+        let per_function: usize = SHARE.iter().sum();
+        let functions = (PAYLOAD - first) / per_function;
+        let mut at = first;
+        for r in 0..REGIONS {
+            start[r] = at;
+            at += SHARE[r] * functions;
+            end[r] = at;
+        }
+        debug_assert!(at <= PAYLOAD);
+
+        let mut used = [0; REGIONS];
+        // The string table: a NUL, the section names, then the functions' names.
+        let mut names = vec![0u8];
+        let mut name = |n: &writer::SectionName| {
+            let at = names.len() as u32;
+            names.extend_from_slice(n.as_bytes());
+            names.push(0);
+            at
+        };
+        let section_names = [
+            name(&writer::DEBUG_INFO),
+            name(&writer::DEBUG_ABBREV),
+            name(&writer::DEBUG_LINE),
+            name(&writer::DEBUG_RANGES),
+            name(&writer::DEBUG_FRAME),
+            name(&writer::DEBUG_STR),
+            name(&writer::STRTAB),
+            name(&writer::SYMTAB),
+        ];
+        let text_name = name(&writer::TEXT);
+        buf[start[STRINGS_R]..start[STRINGS_R] + names.len()].copy_from_slice(&names);
+        used[STRINGS_R] = names.len();
+        // The null symbol (zeros).
+        used[SYMBOLS_R] = SYMBOL;
+        let mut cie = Vec::new();
+        cfi::write_cie(&mut cie)?;
+        buf[start[FRAME_R]..start[FRAME_R] + cie.len()].copy_from_slice(&cie);
+        used[FRAME_R] = cie.len();
+
+        let file: &mut [u8; FILE_HEADER] = (&mut buf[..FILE_HEADER]).try_into().expect("64");
+        writer::file_header(file, FILE_HEADER, FIRST_TEXT as u16, STRTAB as u16);
+        let region_of = |section: usize| match section {
+            STRTAB => Some(STRINGS_R),
+            _ => REGION_SECTION.iter().position(|&s| s == section),
+        };
+        for (i, &name) in section_names.iter().enumerate() {
+            let index = i + 1;
+            let (offset, size) = match (index, region_of(index)) {
+                (ABBREV, _) | (_, None) => (abbrev_at, abbrev.len()),
+                (_, Some(r)) => (start[r], used[r]),
+            };
+            let mut h = Header::data(name, elf::SHT_PROGBITS, offset, size);
+            match index {
+                DEBUG_STR => {
+                    h.flags = elf::SHF_MERGE | elf::SHF_STRINGS;
+                    h.entsize = 1;
+                }
+                STRTAB => h.kind = elf::SHT_STRTAB,
+                SYMTAB => {
+                    h.kind = elf::SHT_SYMTAB;
+                    h.link = STRTAB as u32;
+                    // Only the null symbol is local.
+                    h.info = 1;
+                    h.align = 8;
+                    h.entsize = SYMBOL as u64;
+                }
+                _ => {}
+            }
+            h.write(header(&mut buf, index));
+        }
+        set_size(&mut buf, LINE, end[LINE_R] - start[LINE_R]);
+        let growing = Growing {
+            abbrev: (abbrev_at, abbrev.len()),
+            start,
+            end,
+            used,
+            sections: FIRST_TEXT,
+            runs: Vec::new(),
+            text_name,
+            functions: 0,
+            places: Vec::new(),
+            marks: Vec::new(),
+            open: None,
+            files: Vec::new(),
+            unit_head: Vec::new(),
+            mirror: None,
+            cut: None,
+            extended: Vec::new(),
+        };
+        Ok((buf, growing))
+    }
+
+    /// Functions appended so far.
+    #[cfg(test)]
+    pub(crate) fn functions(&self) -> usize {
+        self.functions
+    }
+
+    /// Objects appended so far.
+    pub(crate) fn objects(&self) -> usize {
+        self.marks.len()
+    }
+
+    /// The payload `buf` (this state's) as it was before its object `k` (in append order)
+    /// was appended, in a buffer of its own, and this state as it was then: the objects
+    /// before `k` stay as they are, the caller appends those after it again, links the new
+    /// payload in `buf`'s place and gives `buf` back ([`Growing::keep_mirror`]). Copying the
+    /// used part of the payload costs much less than encoding its objects again, and the
+    /// payload the debugger may read is never changed (a core file cut meanwhile shows
+    /// every object). The buffer given back is the next rollback's: it holds the same
+    /// bytes as the new payload up to where this rollback cut, so only the rest is copied
+    /// (a tiering runtime unregisters recent objects: little). `None` (state unchanged): no
+    /// object `k`. After `Some`, the state is the new payload's; should the caller give up
+    /// before linking it, it must not append to `buf` again.
+    pub(crate) fn roll_back(
+        &mut self,
+        buf: &[u8],
+        k: usize,
+        spare: Option<Vec<u8>>,
+    ) -> Option<Vec<u8>> {
+        let mark = *self.marks.get(k)?;
+        if buf.len() != PAYLOAD {
+            return None;
+        }
+        let (mut new, same) = match (self.mirror.take(), spare) {
+            (Some((m, same)), _) => (m, same),
+            (None, Some(b)) if b.len() == PAYLOAD => (b, [0; REGIONS]),
+            _ => (vec![0u8; PAYLOAD], [0; REGIONS]),
+        };
+        let sections = usize::from(mark.sections);
+        let headers = FILE_HEADER + sections * SECTION_HEADER;
+        new[..headers].copy_from_slice(&buf[..headers]);
+        let (abbrev_at, abbrev_len) = self.abbrev;
+        new[abbrev_at..abbrev_at + abbrev_len]
+            .copy_from_slice(&buf[abbrev_at..abbrev_at + abbrev_len]);
+        let used = mark.used.map(|u| u as usize);
+        for ((&start, &used), &same) in self.start.iter().zip(&used).zip(&same) {
+            let from = start + same.min(used);
+            new[from..start + used].copy_from_slice(&buf[from..start + used]);
+        }
+        for &(section, end) in self.extended[mark.extended as usize..].iter().rev() {
+            if let Some(r) = self.runs.iter_mut().find(|r| r.section == section) {
+                r.end = end;
+            }
+        }
+        self.runs.retain(|r| usize::from(r.section) < sections);
+        if let Some(u) = mark.open {
+            // The unit as it was: later entries took some of its room, later sequences
+            // lengthened its line program.
+            new[u.end..u.limit].fill(0);
+            put_u32(&mut new, u.line_at, u.line_end - u.line_at - 4);
+        }
+        // Not linked yet: sizes in any order.
+        new[60..62].copy_from_slice(&mark.sections.to_le_bytes());
+        set_size(&mut new, DEBUG_STR, used[STRINGS_R]);
+        set_size(&mut new, STRTAB, used[STRINGS_R]);
+        set_size(&mut new, SYMTAB, used[SYMBOLS_R]);
+        set_size(&mut new, INFO, used[INFO_R]);
+        set_size(&mut new, LINE, self.end[LINE_R] - self.start[LINE_R]);
+        set_size(&mut new, RANGES, used[RANGES_R]);
+        set_size(&mut new, FRAME, used[FRAME_R]);
+        for r in &self.runs {
+            set_size(&mut new, r.section.into(), (r.end - r.start) as usize);
+        }
+        self.used = used;
+        self.sections = sections;
+        self.functions = mark.functions as usize;
+        self.marks.truncate(k);
+        self.extended.truncate(mark.extended as usize);
+        self.open = mark.open;
+        // Later entries of the open unit go into its room, inside what is cut here: the
+        // new payload shares the bytes before that room only.
+        let mut cut = used;
+        if let Some(u) = mark.open {
+            cut[INFO_R] = cut[INFO_R].min(u.end - self.start[INFO_R]);
+        }
+        self.cut = Some(cut);
+        Some(new)
+    }
+
+    /// Keeps `old`, the payload the last [`Growing::roll_back`] replaced, for the next one.
+    pub(crate) fn keep_mirror(&mut self, old: Vec<u8>) {
+        if let Some(cut) = self.cut.take() {
+            self.mirror = Some((old, cut));
+        }
+    }
+
+    /// The buffer kept for rollbacks, if any (the payload stops growing: the registry reuses
+    /// it).
+    pub(crate) fn take_mirror(&mut self) -> Option<Vec<u8>> {
+        self.mirror.take().map(|(m, _)| m)
+    }
+
+    /// Appends `object` to `buf` (a payload made by [`Growing::new`], with this state) and
+    /// returns the bytes it took. `Ok(None)`: it is not appended (no room left, code that
+    /// overlaps code of the payload, call sites); the payload is unchanged. Errors are
+    /// what encoding the object alone refuses.
+    pub(crate) fn append(&mut self, buf: &mut [u8], object: &JitObject) -> Result<Option<usize>> {
+        if object.arch() != Arch::X86_64 {
+            return Err(Error::Unsupported {
+                format: "ELF",
+                why: format!(
+                    "the ELF encoder writes x86-64 objects only; this object is for {}",
+                    object.arch().name()
+                ),
+            });
+        }
+        if buf.len() != PAYLOAD {
+            return Ok(None);
+        }
+        let mut scratch = Scratch::take();
+        let out = match Layout::new(&[object], &mut scratch.layout) {
+            Ok(layout) => {
+                let out = self.append_layout(buf, &layout, &mut scratch);
+                layout.into_parts(&mut scratch.layout);
+                out
+            }
+            Err(e) => Err(e),
+        };
+        scratch.keep();
+        out
+    }
+
+    fn append_layout(
+        &mut self,
+        buf: &mut [u8],
+        layout: &Layout<'_>,
+        scratch: &mut Scratch,
+    ) -> Result<Option<usize>> {
+        if layout.has_calls {
+            return Ok(None);
+        }
+        // Offsets in the sections as the payload has them: the object's names follow those
+        // in the table (its own table would start with a NUL).
+        let bases = dwarf::Bases {
+            strings: (self.used[STRINGS_R] - 1) as u32,
+            line: self.used[LINE_R] as u32,
+            ranges: self.used[RANGES_R] as u32,
+        };
+        dwarf::build_at(layout, &mut scratch.dwarf, bases)?;
+        cfi::debug_frame(Arch::X86_64, layout, &mut scratch.cfi)?;
+        let info = &scratch.dwarf.info;
+        let line = &scratch.dwarf.line;
+        let ranges = &scratch.dwarf.ranges;
+        let frame = &scratch.cfi.frame[cfi::CIE_LEN..];
+        // One unit of one file, plain subprograms: it joins the open unit of its file, or
+        // opens one. (Others get their own units and close the open one: it must end both
+        // sections to grow.)
+        // One function (below 64 KiB) with lines: it joins the open unit of its file, or
+        // opens one. (Others get their own units and close the open one: it must end both
+        // sections to grow.) Joining must be one store (see `store16`), so only hosts
+        // that make it one do it.
+        let file = match (&layout.units[..], &layout.functions[..]) {
+            ([unit], [p])
+                if cfg!(target_arch = "x86_64")
+                    && !layout.has_extras
+                    && dwarf::plain_unit_children(info).is_some() =>
+            {
+                let name = layout.name_offsets[0] + bases.strings;
+                let entry = dwarf::open_subprogram(name, p.f.start(), p.f.size());
+                unit.file.zip(entry)
+            }
+            _ => None,
+        };
+        let plan = match (file, self.open) {
+            (Some((file, entry)), Some(open))
+                if self.files[open.file as usize] == file && open.end + 16 <= open.limit =>
+            {
+                // The line program's header length is at offset 6 (DWARF 4, 32-bit).
+                let header = u32::from_le_bytes(line[6..10].try_into().expect("4")) as usize;
+                UnitPlan::Extend {
+                    entry,
+                    sequences: 10 + header,
+                }
+            }
+            (Some((file, entry)), _) => {
+                self.unit_head.clear();
+                dwarf::open_unit(&mut self.unit_head, file, bases.line);
+                UnitPlan::Open { entry }
+            }
+            (None, _) => UnitPlan::Own,
+        };
+        let mut lens = [0; REGIONS];
+        lens[STRINGS_R] = layout.strings_len - 1;
+        lens[SYMBOLS_R] = layout.functions.len() * SYMBOL;
+        (lens[INFO_R], lens[LINE_R]) = match plan {
+            UnitPlan::Own => (info.len(), line.len()),
+            // The entry takes the place of the unit's 0, and ends with one.
+            // The entry takes room the unit has.
+            UnitPlan::Extend { sequences, .. } => (0, line.len() - sequences),
+            UnitPlan::Open { .. } => (self.unit_head.len() + 1 + 15 * OPEN_ENTRIES, line.len()),
+        };
+        lens[RANGES_R] = ranges.len();
+        lens[FRAME_R] = frame.len();
+        let room = (self.start.iter().zip(&self.used).zip(&self.end)).map(|((s, u), e)| e - s - u);
+        if room.zip(&lens).any(|(room, &len)| len > room) {
+            return Ok(None);
+        }
+
+        // Where each run of the object goes; none may overlap the payload's code.
+        self.places.clear();
+        let mut sections = self.sections;
+        for run in &layout.runs {
+            let k = self.runs.partition_point(|r| r.start < run.start);
+            let before = k.checked_sub(1).map(|i| (i, self.runs[i]));
+            if before.is_some_and(|(_, b)| b.end > run.start)
+                || self.runs.get(k).is_some_and(|a| a.start < run.end)
+            {
+                return Ok(None);
+            }
+            match before {
+                // Neighbouring code (alignment padding apart): its section grows.
+                Some((i, b)) if run.start - b.end <= MAX_PADDING => {
+                    self.places.push(Place::Extends(i))
+                }
+                _ => {
+                    if sections == MAX_SECTIONS {
+                        return Ok(None);
+                    }
+                    self.places.push(Place::New(sections as u16));
+                    sections += 1;
+                }
+            }
+        }
+
+        // Everything beyond what the headers cover.
+        let mut at = self.start[STRINGS_R] + self.used[STRINGS_R];
+        for p in &layout.functions {
+            let name = p.f.name_bytes();
+            buf[at..at + name.len()].copy_from_slice(name);
+            // (The room may hold a reused payload's bytes: see `Growing::new`.)
+            buf[at + name.len()] = 0;
+            at += name.len() + 1;
+        }
+        debug_assert_eq!(
+            at,
+            self.start[STRINGS_R] + self.used[STRINGS_R] + lens[STRINGS_R]
+        );
+        let info_bits = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
+        let mut at = self.start[SYMBOLS_R] + self.used[SYMBOLS_R];
+        let mut run = 0;
+        for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
+            let f = p.f;
+            while f.start() >= layout.runs[run].end {
+                run += 1;
+            }
+            let (section, base) = match self.places[run] {
+                Place::Extends(i) => (self.runs[i].section, self.runs[i].start),
+                Place::New(s) => (s, layout.runs[run].start),
+            };
+            let symbol: &mut [u8; SYMBOL] = (&mut buf[at..at + SYMBOL]).try_into().expect("24");
+            symbol[..4].copy_from_slice(&(name + bases.strings).to_le_bytes());
+            symbol[4] = info_bits;
+            symbol[5] = elf::STV_DEFAULT.0;
+            symbol[6..8].copy_from_slice(&section.to_le_bytes());
+            // Relocatable object: symbol values are offsets in their section.
+            symbol[8..16].copy_from_slice(&(f.start() - base).to_le_bytes());
+            symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
+            at += SYMBOL;
+        }
+        for (r, bytes) in [(RANGES_R, &ranges[..]), (FRAME_R, frame)] {
+            let at = self.start[r] + self.used[r];
+            buf[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        let info_at = self.start[INFO_R] + self.used[INFO_R];
+        let line_at = self.start[LINE_R] + self.used[LINE_R];
+        // The open unit after this object (`None`: closed).
+        let open = match plan {
+            UnitPlan::Own => {
+                buf[info_at..info_at + info.len()].copy_from_slice(info);
+                buf[line_at..line_at + line.len()].copy_from_slice(line);
+                None
+            }
+            UnitPlan::Extend { sequences, .. } => {
+                let open = self.open.expect("an open unit");
+                // After the program's end: its length makes it part of it.
+                let seq = &line[sequences..];
+                buf[line_at..line_at + seq.len()].copy_from_slice(seq);
+                Some(OpenUnit {
+                    end: open.end + 15,
+                    line_end: line_at + seq.len(),
+                    ..open
+                })
+            }
+            UnitPlan::Open { entry } => {
+                let head = self.unit_head.len();
+                buf[info_at..info_at + head].copy_from_slice(&self.unit_head);
+                let limit = info_at + lens[INFO_R];
+                buf[info_at + head..info_at + head + 16].copy_from_slice(&entry);
+                buf[info_at + head + 16..limit].fill(0);
+                let end = info_at + head + 16;
+                put_u32(buf, info_at, limit - info_at - 4);
+                buf[line_at..line_at + line.len()].copy_from_slice(line);
+                let file = file.map_or("", |(f, _)| f);
+                let index = match self.files.iter().position(|f| f == file) {
+                    Some(i) => i,
+                    None => {
+                        self.files.push(file.to_string());
+                        self.files.len() - 1
+                    }
+                };
+                Some(OpenUnit {
+                    file: index as u32,
+                    end: end - 1,
+                    limit,
+                    line_at,
+                    line_end: line_at + line.len(),
+                })
+            }
+        };
+        for (run, place) in layout.runs.iter().zip(&self.places) {
+            if let Place::New(section) = *place {
+                // Zero unless the payload is a reused one (see `Growing::new`).
+                let h = header(buf, section.into());
+                h.fill(0);
+                Header {
+                    name: self.text_name,
+                    kind: elf::SHT_NOBITS,
+                    flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
+                    addr: run.start,
+                    offset: 0,
+                    size: run.end - run.start,
+                    link: 0,
+                    info: 0,
+                    align: 1,
+                    entsize: 0,
+                }
+                .write(h);
+            }
+        }
+
+        // Then it becomes part of the payload.
+        self.marks.push(Mark {
+            open: self.open,
+            used: self.used.map(|u| u as u32),
+            sections: self.sections as u16,
+            functions: self.functions as u32,
+            extended: self.extended.len() as u32,
+        });
+        publish(buf);
+        for (used, len) in self.used.iter_mut().zip(lens) {
+            *used += len;
+        }
+        set_size(buf, DEBUG_STR, self.used[STRINGS_R]);
+        set_size(buf, STRTAB, self.used[STRINGS_R]);
+        if let (UnitPlan::Extend { .. }, Some(new)) = (&plan, open) {
+            // The sequences join the open unit's line program (nothing refers to them yet).
+            put_u32(buf, new.line_at, new.line_end - new.line_at - 4);
+        }
+        set_size(buf, RANGES, self.used[RANGES_R]);
+        set_size(buf, FRAME, self.used[FRAME_R]);
+        for (run, place) in layout.runs.iter().zip(&self.places) {
+            if let Place::Extends(i) = *place {
+                let grown = &mut self.runs[i];
+                self.extended.push((grown.section, grown.end));
+                grown.end = run.end;
+                set_size(
+                    buf,
+                    grown.section.into(),
+                    (grown.end - grown.start) as usize,
+                );
+            }
+        }
+        publish(buf);
+        if sections != self.sections {
+            buf[60..62].copy_from_slice(&(sections as u16).to_le_bytes());
+            self.sections = sections;
+        }
+        publish(buf);
+        match (&plan, self.open) {
+            // The entry and the 0 after it take the unit's room, in one store.
+            (UnitPlan::Extend { entry, .. }, Some(old)) => store16(buf, old.end, *entry),
+            _ => set_size(buf, INFO, self.used[INFO_R]),
+        }
+        publish(buf);
+        set_size(buf, SYMTAB, self.used[SYMBOLS_R]);
+        publish(buf);
+        self.open = open;
+
+        for (run, place) in layout.runs.iter().zip(&self.places) {
+            if let Place::New(section) = *place {
+                let k = self.runs.partition_point(|r| r.start < run.start);
+                self.runs.insert(
+                    k,
+                    Run {
+                        start: run.start,
+                        end: run.end,
+                        section,
+                    },
+                );
+            }
+        }
+        self.functions += layout.functions.len();
+        Ok(Some(lens.iter().sum()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use gimli::UnwindSection;
+    use object::{Object, ObjectSection, ObjectSymbol};
+
+    use super::{Growing, PAYLOAD};
+    use crate::elf::test_support::{random_objects, Parsed};
+    use crate::model::{JitObject, LineRow};
+
+    thread_local! {
+        /// When `Some`, the payload at every `publish` point.
+        pub(super) static SNAPSHOTS: RefCell<Option<Vec<Vec<u8>>>> = const { RefCell::new(None) };
+    }
+
+    /// Every function symbol: name, absolute address, size.
+    fn symbols(bytes: &[u8]) -> Vec<(String, u64, u64)> {
+        let file = object::File::parse(bytes).expect("a valid ELF file");
+        let mut out = Vec::new();
+        for s in file.symbols() {
+            let index = s.section_index().expect("a defined symbol");
+            let section = file.section_by_index(index).expect("its section");
+            let (start, end) = (section.address(), section.address() + section.size());
+            let address = start + s.address();
+            assert!(
+                address >= start && address + s.size() <= end,
+                "{:?} outside its section",
+                s.name()
+            );
+            out.push((s.name().expect("a name").to_string(), address, s.size()));
+        }
+        out
+    }
+
+    /// Every section: name, address, size and contents.
+    fn sections(bytes: &[u8]) -> Vec<(String, u64, u64, Vec<u8>)> {
+        let file = object::File::parse(bytes).expect("a valid ELF file");
+        let mut out = Vec::new();
+        for s in file.sections() {
+            let name = s.name().expect("a name").to_string();
+            let data = match name.as_str() {
+                ".debug_line" => Vec::new(),
+                _ => s.data().expect("section data").to_vec(),
+            };
+            out.push((name, s.address(), s.size(), data));
+        }
+        out
+    }
+
+    fn frame(p: &Parsed) -> Vec<u8> {
+        p.section(".debug_frame").to_vec()
+    }
+
+    /// Objects appended one by one read, with real parsers, as each of them encoded alone:
+    /// the same symbols, units, line rows, subprograms and FDEs, in order. Objects the
+    /// payload refuses (call sites, code overlapping its code, no room) leave it unchanged.
+    #[test]
+    fn appended_objects_read_as_each_encoded_alone() {
+        let mut appended_total = 0;
+        let mut refused_total = 0;
+        for seed in 0..400u64 {
+            // Half of them in a reused payload full of other bytes.
+            let spare = (seed % 2 == 1).then(|| vec![0xa5u8; PAYLOAD]);
+            let (mut buf, mut growing) = Growing::new(spare).unwrap();
+            let (mut syms, mut lines, mut subs) = (Vec::new(), Vec::new(), Vec::new());
+            let mut frames = frame(&Parsed { bytes: buf.clone() });
+            assert_eq!(
+                frames.len(),
+                crate::elf::cfi::CIE_LEN,
+                "seed {seed}: the CIE alone"
+            );
+            for object in random_objects(seed) {
+                let before = buf.clone();
+                let Ok(alone) = crate::elf::encode(&object) else {
+                    // Refused alone: refused appended, with the same error.
+                    assert_eq!(
+                        growing.append(&mut buf, &object),
+                        crate::elf::encode(&object).map(|_| None)
+                    );
+                    assert_eq!(buf, before);
+                    continue;
+                };
+                match growing.append(&mut buf, &object).unwrap() {
+                    None => {
+                        refused_total += 1;
+                        assert_eq!(
+                            buf, before,
+                            "seed {seed}: a refused append changed the payload"
+                        );
+                        continue;
+                    }
+                    Some(bytes) => assert!(bytes > 0),
+                }
+                appended_total += 1;
+                let alone = Parsed { bytes: alone };
+                syms.extend(symbols(&alone.bytes));
+                lines.extend(alone.lines());
+                subs.extend(alone.subprograms());
+                frames.extend_from_slice(&frame(&alone)[crate::elf::cfi::CIE_LEN..]);
+                let ours = Parsed { bytes: buf.clone() };
+                assert_eq!(symbols(&ours.bytes), syms, "seed {seed}");
+                assert_eq!(ours.lines(), lines, "seed {seed}");
+                assert_eq!(ours.subprograms(), subs, "seed {seed}");
+                assert_eq!(frame(&ours), frames, "seed {seed}");
+            }
+        }
+        assert!(
+            appended_total > 300 && refused_total > 10,
+            "{appended_total} appended, {refused_total} refused"
+        );
+    }
+
+    /// Rolling a payload back to before object `k` and appending the objects after it
+    /// again makes, byte for byte, the payload of every object but `k` appended in order;
+    /// runs that later objects extended shrink back, runs they made go.
+    #[test]
+    fn rolling_back_is_appending_all_but_one() {
+        let mut checked = 0;
+        for seed in 0..300u64 {
+            let mut objects: Vec<JitObject> = random_objects(seed);
+            if seed % 3 == 0 {
+                // Adjacent one-function objects: every run extended.
+                objects = (0..20).map(|i| small(i, 0x20_0000 + i * 64)).collect();
+            }
+            let (mut buf, mut growing) = Growing::new(None).unwrap();
+            let mut appended = Vec::new();
+            for o in &objects {
+                if let Ok(Some(_)) = growing.append(&mut buf, o) {
+                    appended.push(o);
+                }
+            }
+            if appended.is_empty() {
+                continue;
+            }
+            let k = (seed as usize * 7) % appended.len();
+            let spare = (seed % 2 == 0).then(|| vec![0u8; PAYLOAD]);
+            // Twice: the second rollback reuses the first's buffer (the mirror).
+            let mut state = growing;
+            let mut rolled = state.roll_back(&buf, appended.len() - 1, spare).unwrap();
+            state.keep_mirror(buf);
+            state
+                .append(&mut rolled, appended[appended.len() - 1])
+                .unwrap()
+                .unwrap();
+            let buf = rolled;
+            let mut rolled = state.roll_back(&buf, k, None).unwrap();
+            state.keep_mirror(buf);
+            for o in &appended[k + 1..] {
+                state.append(&mut rolled, o).unwrap().unwrap();
+            }
+            let (mut direct, mut direct_state) = Growing::new(None).unwrap();
+            for (i, o) in appended.iter().enumerate() {
+                if i != k {
+                    direct_state.append(&mut direct, o).unwrap().unwrap();
+                }
+            }
+            // (Bytes beyond what the sections hold may differ: a reused buffer keeps them;
+            // `.debug_line` covers its whole region, read through the units.)
+            let what = format!("seed {seed}, object {k} of {}", appended.len());
+            assert!(
+                sections(&rolled) == sections(&direct),
+                "{what}: sections differ"
+            );
+            let (ours, theirs) = (Parsed { bytes: rolled }, Parsed { bytes: direct });
+            assert!(ours.lines() == theirs.lines(), "{what}: lines differ");
+            assert_eq!(state.objects(), appended.len() - 1);
+            assert_eq!(state.functions(), direct_state.functions());
+            checked += 1;
+        }
+        assert!(checked > 150, "{checked}");
+    }
+
+    /// A function of the benchmark shape at `address`, named after `i`.
+    fn small(i: u64, address: u64) -> JitObject {
+        let mut o = JitObject::new();
+        let f = o
+            .add_function(&format!("jit_function_{i:06}_"), address, 64)
+            .unwrap();
+        let rows: Vec<LineRow> = (0..8)
+            .map(|r| LineRow {
+                offset: r as u32 * 7,
+                line: 10 + r as u32,
+            })
+            .collect();
+        o.set_lines(f, "benchmark.js", &rows).unwrap();
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        o
+    }
+
+    /// Every state a debugger could see between two stores of an append reads as a valid
+    /// object holding the functions appended before, and perhaps the new one: sections,
+    /// symbols inside their sections, units, line programs and FDEs all parse.
+    #[test]
+    fn every_state_between_two_stores_is_consistent() {
+        let (mut buf, mut growing) = Growing::new(None).unwrap();
+        SNAPSHOTS.with(|s| *s.borrow_mut() = Some(Vec::new()));
+        for i in 0..40u64 {
+            // Adjacent code (a section grows), then code elsewhere (a new section).
+            let address = 0x10_0000 + i * 64 + if i % 8 == 7 { 0x1_0000 * i } else { 0 };
+            growing
+                .append(&mut buf, &small(i, address))
+                .unwrap()
+                .unwrap();
+        }
+        let snapshots = SNAPSHOTS.with(|s| s.borrow_mut().take()).unwrap();
+        assert!(snapshots.len() >= 40 * 5, "{}", snapshots.len());
+        let mut last = 0;
+        for (k, bytes) in snapshots.iter().enumerate() {
+            let syms = symbols(bytes);
+            // Symbols come last: each state has those of the appends before, or all.
+            assert!(syms.len() == last || syms.len() == last + 1, "state {k}");
+            last = syms.len();
+            let p = Parsed {
+                bytes: bytes.clone(),
+            };
+            let units = p.subprograms().len();
+            assert!(units >= syms.len(), "state {k}: a symbol before its unit");
+            let _ = p.lines();
+            let frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
+            let bases = gimli::BaseAddresses::default();
+            let mut entries = frame.entries(&bases);
+            let mut fdes = 0;
+            while let Some(e) = entries.next().unwrap() {
+                if let gimli::CieOrFde::Fde(partial) = e {
+                    partial.parse(gimli::DebugFrame::cie_from_offset).unwrap();
+                    fdes += 1;
+                }
+            }
+            assert!(fdes >= syms.len(), "state {k}: a symbol before its FDE");
+        }
+        assert_eq!(last, 40);
+    }
+
+    /// A payload takes objects until a region is full, then refuses them, unchanged; code
+    /// overlapping its code is refused too.
+    #[test]
+    fn full_payloads_and_overlaps_are_refused() {
+        let (mut buf, mut growing) = Growing::new(None).unwrap();
+        let mut n = 0;
+        while growing
+            .append(&mut buf, &small(n, 0x40_0000 + n * 64))
+            .unwrap()
+            .is_some()
+        {
+            n += 1;
+        }
+        assert!(
+            n >= 900,
+            "{n} functions of the benchmark shape in {PAYLOAD} bytes"
+        );
+        assert_eq!(growing.functions(), n as usize);
+        assert_eq!(symbols(&buf).len(), n as usize);
+
+        let (mut buf, mut growing) = Growing::new(None).unwrap();
+        growing
+            .append(&mut buf, &small(0, 0x1000))
+            .unwrap()
+            .unwrap();
+        let before = buf.clone();
+        for at in [0x1000 - 63, 0x1000, 0x1000 + 63] {
+            assert_eq!(growing.append(&mut buf, &small(1, at)).unwrap(), None);
+        }
+        assert_eq!(buf, before);
+        // Right after it, and right before it (a section of its own), fit.
+        growing
+            .append(&mut buf, &small(2, 0x1040))
+            .unwrap()
+            .unwrap();
+        growing
+            .append(&mut buf, &small(3, 0x1000 - 64))
+            .unwrap()
+            .unwrap();
+        assert_eq!(symbols(&buf).len(), 3);
+    }
+}
