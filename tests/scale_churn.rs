@@ -6,8 +6,9 @@
 //! into batch entries, so this covers merging and rebuilding batches while GDB watches, and
 //! (compact) the switch from compact to ELF entries once the reader budget is spent. The
 //! same churn without a debugger, then GDB attaching and reading a core file, covers the
-//! quiet paths (tombstones, batches rewritten without a debugger) as attach and core files
-//! see them.
+//! quiet paths (tombstones; growing ELF payloads rolled back or rewritten as objects leave)
+//! as attach and core files see them, and LLDB attaching reads the same growing ELF
+//! payloads.
 
 mod common;
 mod reader_support;
@@ -102,9 +103,9 @@ fn check_slots(q: &str, text: &str, threads: u32) {
 }
 
 /// The same churn without a debugger (compact records appended in place and tombstoned;
-/// small ELF objects in entries merged into batches, each batch rewritten as objects leave),
-/// then GDB attaches, and then reads a core file of the process: both know exactly the live
-/// set.
+/// small ELF objects appended in place to growing payloads, rolled back or rewritten as
+/// objects leave), then GDB attaches, and then reads a core file of the process: both know
+/// exactly the live set.
 fn churn_then_attach(format: &str, threads: u32, ops: u32) {
     let dir = TempDir::new(&format!("scale-attach-{format}"));
     let queries = dir.join("queries.gdb");
@@ -174,4 +175,108 @@ fn scale_churn_8_threads_compact_gdb_knows_exactly_the_live_set() {
     if require_tool("gdb", "scale_churn_compact") {
         churn_under_gdb("compact", 8, ops());
     }
+}
+
+/// The ELF churn without a debugger, then LLDB attaches (its own GDB JIT loader reads the
+/// descriptor's list: the growing payloads, as rolled back and rewritten) and looks up every
+/// slot, and then reads a core file of the process (written by GDB's `gcore`): a live slot
+/// names the function registered there now, with its source file, a free one no JIT
+/// function.
+#[test]
+fn scale_churn_without_debugger_then_lldb_attach_and_core_elf() {
+    if !require_tool("lldb", "scale_churn_lldb_attach_elf") {
+        return;
+    }
+    let threads = 4;
+    let dir = TempDir::new("scale-lldb-attach");
+    let host = WaitingHost::start(
+        &scale_host(),
+        &["churn", &threads.to_string(), "3000", "elf"],
+        dir.path(),
+    );
+    let q = std::fs::read_to_string(dir.join("queries.gdb"))
+        .unwrap_or_else(|e| panic!("the host wrote no query file ({e})"));
+    let expected: Vec<(&str, &str)> = q
+        .lines()
+        .filter_map(|l| l.strip_prefix("# EXPECT ")?.split_once(' '))
+        .collect();
+    assert_eq!(expected.len(), 64 * threads, "one query per slot");
+    // A lookup that finds nothing is an error, which would end a batch of `-o` commands.
+    let lookups = dir.join("lookups.lldb");
+    let text: String = (expected.iter())
+        .map(|(addr, _)| format!("image lookup -a {addr}\n"))
+        .collect();
+    std::fs::write(&lookups, text).expect("write the LLDB commands");
+    let lldb = |target: &[String], last: &[&str]| {
+        let mut cmd = Command::new("lldb");
+        cmd.args(["--no-lldbinit", "--batch"])
+            .args(["-O", "settings set plugin.jit-loader.gdb.enable on"])
+            .args(target)
+            .arg("-o")
+            .arg(format!("command source -e false {}", lookups.display()))
+            .args(last)
+            .current_dir(dir.path());
+        let out = cmd.output().expect("run lldb");
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+    };
+    let attached = lldb(&["-p".into(), host.pid.to_string()], &["-o", "detach"]);
+    check_lldb_slots(&expected, &attached);
+    if !require_tool("gdb", "scale_churn_lldb_core_elf") {
+        return;
+    }
+    let core = dir.join("churn.core");
+    let gcore = Command::new("gdb")
+        .args(["-batch", "-nx", "-p", &host.pid.to_string(), "-ex"])
+        .arg(format!("gcore {}", core.display()))
+        .output()
+        .expect("run gdb");
+    drop(host);
+    assert!(
+        core.exists(),
+        "gcore wrote no core file:\n{}",
+        String::from_utf8_lossy(&gcore.stderr)
+    );
+    let post_mortem = lldb(
+        &[
+            "-c".into(),
+            core.display().to_string(),
+            scale_host().display().to_string(),
+        ],
+        &[],
+    );
+    check_lldb_slots(&expected, &post_mortem);
+}
+
+/// Checks LLDB's answers in `text` to `image lookup -a ADDR` for every `(ADDR, NAME|-)`.
+fn check_lldb_slots(expected: &[(&str, &str)], text: &str) {
+    let mut wrong = Vec::new();
+    let mut live = 0;
+    for (addr, name) in expected {
+        let marker = format!("(lldb) image lookup -a {addr}\n");
+        let at = text
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no answer for slot {addr}:\n{text}"));
+        let rest = &text[at + marker.len()..];
+        let answer = &rest[..rest.find("(lldb) ").unwrap_or(rest.len())];
+        let ok = if *name == "-" {
+            !answer.contains("JIT(")
+        } else {
+            live += 1;
+            // `Summary: JIT(0x...)`NAME at scale.js:LINE`
+            answer.contains(&format!("`{name} at scale.js:"))
+        };
+        if !ok {
+            wrong.push(format!(
+                "{addr}: host has {name}, LLDB says `{}`",
+                answer.trim()
+            ));
+        }
+    }
+    assert!(live > 0, "the churn left nothing registered:\n{text}");
+    assert!(
+        wrong.is_empty(),
+        "LLDB's view differs from the live set ({live} live) at {} slot(s):\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
