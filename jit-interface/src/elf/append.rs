@@ -481,20 +481,43 @@ impl Growing {
             line: self.used[LINE_R] as u32,
             ranges: self.used[RANGES_R] as u32,
         };
-        dwarf::build_at(layout, &mut scratch.dwarf, bases)?;
+        // The usual case first: one plain function with lines joins the open unit of its
+        // file, which has room. Only its line sequence and its entry are needed: the
+        // unit that encoding it alone makes (its header, its line program's header) would
+        // be thrown away. (The general plan below makes the same choice from that unit.)
+        let joins = match (&layout.units[..], &layout.functions[..], self.open) {
+            _ if general_only() => None,
+            ([unit], [p], Some(open))
+                if cfg!(target_arch = "x86_64")
+                    && !layout.has_extras
+                    && !p.f.lines().is_empty()
+                    && open.end + 16 <= open.limit
+                    && unit.file == Some(self.files[open.file as usize].as_str()) =>
+            {
+                let name = layout.name_offsets[0] + bases.strings;
+                dwarf::open_subprogram(name, p.f.start(), p.f.size()).map(|e| (p.f, e))
+            }
+            _ => None,
+        };
+        if let Some((f, _)) = joins {
+            scratch.dwarf.info.clear();
+            scratch.dwarf.line.clear();
+            scratch.dwarf.ranges.clear();
+            dwarf::line_sequence(&mut scratch.dwarf.line, f);
+        } else {
+            dwarf::build_at(layout, &mut scratch.dwarf, bases)?;
+        }
         cfi::debug_frame(Arch::X86_64, layout, &mut scratch.cfi)?;
         let info = &scratch.dwarf.info;
         let line = &scratch.dwarf.line;
         let ranges = &scratch.dwarf.ranges;
         let frame = &scratch.cfi.frame[cfi::CIE_LEN..];
-        // One unit of one file, plain subprograms: it joins the open unit of its file, or
-        // opens one. (Others get their own units and close the open one: it must end both
-        // sections to grow.)
         // One function (below 64 KiB) with lines: it joins the open unit of its file, or
         // opens one. (Others get their own units and close the open one: it must end both
         // sections to grow.) Joining must be one store (see `store16`), so only hosts
         // that make it one do it.
         let file = match (&layout.units[..], &layout.functions[..]) {
+            _ if joins.is_some() => None,
             ([unit], [p])
                 if cfg!(target_arch = "x86_64")
                     && !layout.has_extras
@@ -507,6 +530,10 @@ impl Growing {
             _ => None,
         };
         let plan = match (file, self.open) {
+            _ if joins.is_some() => UnitPlan::Extend {
+                entry: joins.map(|(_, e)| e).expect("joins"),
+                sequences: 0,
+            },
             (Some((file, entry)), Some(open))
                 if self.files[open.file as usize] == file && open.end + 16 <= open.limit =>
             {
@@ -739,9 +766,21 @@ impl Growing {
     }
 }
 
+/// Tests turn the usual case's shortcut in `append_layout` off, to compare.
+#[cfg(test)]
+fn general_only() -> bool {
+    tests::GENERAL_ONLY.with(|g| g.get())
+}
+
+#[cfg(not(test))]
+#[inline(always)]
+fn general_only() -> bool {
+    false
+}
+
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
 
     use gimli::UnwindSection;
     use object::{Object, ObjectSection, ObjectSymbol};
@@ -751,6 +790,8 @@ mod tests {
     use crate::model::{JitObject, LineRow};
 
     thread_local! {
+        /// Appends take the general path only (see `general_only`).
+        pub(super) static GENERAL_ONLY: Cell<bool> = const { Cell::new(false) };
         /// When `Some`, the payload at every `publish` point.
         pub(super) static SNAPSHOTS: RefCell<Option<Vec<Vec<u8>>>> = const { RefCell::new(None) };
     }
@@ -791,6 +832,36 @@ mod tests {
 
     fn frame(p: &Parsed) -> Vec<u8> {
         p.section(".debug_frame").to_vec()
+    }
+
+    /// A one-function object joining its file's open unit is appended from its line
+    /// sequence alone (not the unit encoding it alone makes): byte for byte what the
+    /// general path appends.
+    #[test]
+    fn joining_an_open_unit_writes_what_the_general_path_writes() {
+        let mut joined = 0;
+        for seed in 0..200u64 {
+            let (mut fast, mut fast_state) = Growing::new(None).unwrap();
+            let (mut general, mut general_state) = Growing::new(None).unwrap();
+            let objects: Vec<JitObject> = (random_objects(seed).into_iter())
+                .chain((0..40).map(|i| small(i, 0x7000_0000 + seed * 0x10_0000 + i * 64)))
+                .collect();
+            for object in &objects {
+                let open = fast_state.open;
+                let got = fast_state.append(&mut fast, object);
+                GENERAL_ONLY.with(|g| g.set(true));
+                let want = general_state.append(&mut general, object);
+                GENERAL_ONLY.with(|g| g.set(false));
+                assert_eq!(got, want, "seed {seed}");
+                assert!(fast == general, "seed {seed}: the payloads differ");
+                joined += usize::from(
+                    got.is_ok_and(|b| b.is_some())
+                        && open.is_some()
+                        && object.functions().len() == 1,
+                );
+            }
+        }
+        assert!(joined > 5000, "{joined} objects joined an open unit");
     }
 
     /// Objects appended one by one read, with real parsers, as each of them encoded alone:

@@ -218,6 +218,55 @@ pub(super) fn write_cie(out: &mut Vec<u8>) -> Result<()> {
 
 /// Encodes the `.debug_frame` section for the functions of `layout` into `parts.frame`.
 pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
+    match &layout.functions[..] {
+        [p] => one_function(arch, p.f, parts),
+        _ => debug_frame_general(arch, layout, parts),
+    }
+}
+
+/// [`debug_frame`] for one function (a runtime registering functions one by one): the CIE
+/// and one FDE, without the machinery that shares FDEs between neighbours.
+fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
+    let out = &mut parts.frame;
+    out.clear();
+    out.reserve(64);
+    let cie = match &mut parts.cie {
+        Some(cie) => cie,
+        None => {
+            let mut bytes = Vec::new();
+            write_cie(&mut bytes)?;
+            parts.cie.insert(bytes.try_into().expect("CIE_LEN bytes"))
+        }
+    };
+    out.extend_from_slice(cie);
+    let mut rows = Rows {
+        of: None,
+        rows: &mut parts.rows,
+    };
+    let (rows, _) = rows.of(arch, f)?;
+    let at = out.len();
+    out.u32(0);
+    // CIE pointer: the offset of the CIE in the section.
+    out.u32(0);
+    out.u64(f.start());
+    out.u64(f.size().into());
+    let (mut state, mut loc) = (UnwindRow::X86_64_ENTRY, f.start());
+    for row in rows {
+        let mut step = Small::<TRANSITION>::new();
+        transition(&state, row, &mut step);
+        if step.len() > 0 {
+            let addr = f.start() + u64::from(row.offset);
+            advance(addr - loc, out);
+            step.append_to(out);
+            loc = addr;
+        }
+        state = *row;
+    }
+    finish_entry(out, at)
+}
+
+/// [`debug_frame`] for any number of functions.
+fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
     let Parts {
         frame: out,
         cie,
@@ -822,6 +871,53 @@ mod tests {
     }
 
     /// Advances of every width (1, 2 and 4 bytes).
+    /// One function's `.debug_frame` is written without the FDE-sharing machinery: byte for
+    /// byte what that machinery writes for it.
+    #[test]
+    fn one_function_frames_are_written_as_by_the_general_path() {
+        use crate::elf::layout::{Layout, Parts as LayoutParts};
+        use crate::model::Arch;
+        let (mut fast, mut general) = (super::Parts::default(), super::Parts::default());
+        let mut checked = 0;
+        for seed in 0..300u64 {
+            for o in crate::elf::test_support::random_objects(seed) {
+                for f in o.functions() {
+                    // The function alone, with its frame description.
+                    let mut one = JitObject::new();
+                    let g = one
+                        .add_function(f.name(), f.start(), f.size().into())
+                        .unwrap();
+                    let described = match f.frame() {
+                        crate::model::Frame::Rows(rows) => one.set_unwind(g, rows).is_ok(),
+                        crate::model::Frame::FramePointer {
+                            push_end,
+                            setup_end,
+                            epilogues,
+                        } => {
+                            one.set_frame_pointer(g, *push_end, *setup_end).unwrap();
+                            for e in epilogues.iter() {
+                                one.add_epilogue(g, e.restore_end, e.ret_end).unwrap();
+                            }
+                            true
+                        }
+                        _ => true,
+                    };
+                    if !described {
+                        continue;
+                    }
+                    let mut lp = LayoutParts::default();
+                    let layout = Layout::new(&[&one], &mut lp).unwrap();
+                    let got = super::debug_frame(Arch::X86_64, &layout, &mut fast);
+                    let want = super::debug_frame_general(Arch::X86_64, &layout, &mut general);
+                    assert_eq!(got, want, "seed {seed}");
+                    assert_eq!(fast.frame, general.frame, "seed {seed}: {}", f.name());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000, "{checked}");
+    }
+
     #[test]
     fn large_functions_advance_far() {
         let mut o = JitObject::new();

@@ -936,6 +936,20 @@ fn line_program(
     Ok(offset)
 }
 
+/// Appends the line sequence of `f` (which has rows) to `out`: what [`line_program`] writes
+/// after its header for a unit of that function alone. A growing payload's open unit takes
+/// such sequences (`append.rs`) without the rest of a unit being built.
+pub(super) fn line_sequence(out: &mut Vec<u8>, f: Function<'_>) {
+    let mut lines = Lines {
+        out,
+        address: 0,
+        line: 1,
+    };
+    lines.set_address(f.start());
+    lines.rows(f.start(), f.lines());
+    lines.end_sequence(f.end());
+}
+
 /// The line-number state machine, as the program being written leaves it.
 struct Lines<'a> {
     out: &'a mut Vec<u8>,
@@ -1033,6 +1047,7 @@ impl Lines<'_> {
     /// opcode: those are computed for up to [`ROW_CHUNK`] rows at a time in a loop without
     /// branches (which the compiler runs on several rows at once), and appended at once if
     /// all are; if not, that chunk's rows are written one by one.
+    #[inline(always)]
     fn rows(&mut self, start: u64, rows: &[LineRow]) {
         let Some(first) = rows.first() else {
             return;

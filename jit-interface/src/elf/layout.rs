@@ -134,6 +134,36 @@ impl<'a> Layout<'a> {
         }
         JitObject::check_stored_together(objects)?;
 
+        // One function (a runtime registering functions one by one): its plan, directly.
+        if let ([o], 1) = (objects, count) {
+            let f = o.functions().iter().next().expect("one function");
+            functions.push(Placed { f, seq: 0, unit: 0 });
+            runs.push(Run {
+                start: f.start(),
+                end: f.end(),
+            });
+            units.push(Unit {
+                file: f.file(),
+                members: 0..1,
+            });
+            members.push(0);
+            name_offsets.push(1);
+            files.clear();
+            return Ok(Layout {
+                functions,
+                runs,
+                units,
+                members,
+                name_offsets,
+                strings_len: f.name_bytes().len() + 2,
+                has_calls: !f.calls().is_empty(),
+                has_extras: !f.calls().is_empty()
+                    | !f.variables().is_empty()
+                    | !f.blocks().is_empty(),
+                spare: (recycle(files), file_ids, unit_of),
+            });
+        }
+
         // The functions as given, each with its file among the distinct file names (one
         // object's files are distinct already).
         functions.reserve(count);
@@ -363,6 +393,49 @@ mod tests {
             got.push((lo, hi))
         });
         got
+    }
+
+    /// What a test can compare of a plan.
+    fn summary(l: &Layout) -> String {
+        let functions: Vec<_> = (l.functions.iter())
+            .map(|p| (p.f.name(), p.f.start(), p.f.end(), p.seq, p.unit))
+            .collect();
+        let units: Vec<_> = l.units.iter().map(|u| (u.file, &u.members)).collect();
+        format!(
+            "{functions:?} {:?} {units:?} {:?} {:?} {} {} {}",
+            l.runs, l.members, l.name_offsets, l.strings_len, l.has_calls, l.has_extras
+        )
+    }
+
+    #[test]
+    fn one_function_plans_as_in_general() {
+        let empty = JitObject::new();
+        let mut objects = Vec::new();
+        let mut o = JitObject::new();
+        o.add_function("bare", 0x1000, 0x10).unwrap();
+        objects.push(o);
+        let mut o = JitObject::new();
+        let f = o.add_function("lines", 0x1000, 0x20).unwrap();
+        let rows = [
+            LineRow { offset: 0, line: 3 },
+            LineRow { offset: 8, line: 4 },
+        ];
+        o.set_lines(f, "a.js", &rows).unwrap();
+        objects.push(o);
+        let mut o = JitObject::new();
+        let f = o.add_function("block", 0x1000, 0x40).unwrap();
+        o.set_lines(f, "b.js", &rows).unwrap();
+        o.add_block(f, "loop", 4, 20, None).unwrap();
+        objects.push(o);
+        let mut o = JitObject::new();
+        let f = o.add_function("caller", 0x1000, 0x40).unwrap();
+        o.add_call_site(f, 8, crate::model::CallTarget::Address(0x9000))
+            .unwrap();
+        objects.push(o);
+        for o in &objects {
+            // With an empty object beside it, the general path plans the same function.
+            assert_eq!(summary(&plan(&[o])), summary(&plan(&[o, &empty])));
+        }
     }
 
     #[test]
