@@ -1069,8 +1069,10 @@ impl State {
         records.extend_from_slice(&crate::format::header(object.arch()));
         let at = records.len() as u32;
         records.extend_from_slice(record);
-        let slot = Slot { id, at, len };
-        let batch_id = self.link_new(cell, Format::Elf, SEALED, buf, vec![slot]);
+        // Room for a full payload's objects, as for the records.
+        let mut members = Vec::with_capacity(crate::elf::GROWING_PAYLOAD / 256);
+        members.push(Slot { id, at, len });
+        let batch_id = self.link_new(cell, Format::Elf, SEALED, buf, members);
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.records = records;
             b.growing = Some(Box::new(growing));

@@ -41,6 +41,9 @@ use crate::model::{Arch, JitObject};
 /// (8 line rows, frame-pointer frame, 20-character name).
 pub(crate) const PAYLOAD: usize = 256 * 1024;
 
+/// About as many one-function objects as a payload holds (see [`PAYLOAD`]).
+const OBJECTS: usize = PAYLOAD / 256;
+
 /// Most `.text` sections (runs of adjacent code) of one payload.
 const MAX_RUNS: usize = 247;
 
@@ -323,13 +326,15 @@ impl Growing {
             text_name,
             functions: 0,
             places: Vec::new(),
-            marks: Vec::new(),
+            // Room for a full payload's objects: growing by copying would touch fresh
+            // memory (a page fault per 4 KiB) for every copy.
+            marks: Vec::with_capacity(OBJECTS),
             open: None,
             files: Vec::new(),
             unit_head: Vec::new(),
             mirror: None,
             cut: None,
-            extended: Vec::new(),
+            extended: Vec::with_capacity(OBJECTS),
         };
         Ok((buf, growing))
     }
