@@ -689,19 +689,7 @@ impl Growing {
                 // Zero unless the payload is a reused one (see `Growing::new`).
                 let h = header(buf, section.into());
                 h.fill(0);
-                Header {
-                    name: self.text_name,
-                    kind: elf::SHT_NOBITS,
-                    flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
-                    addr: run.start,
-                    offset: 0,
-                    size: run.end - run.start,
-                    link: 0,
-                    info: 0,
-                    align: 1,
-                    entsize: 0,
-                }
-                .write(h);
+                Header::text(self.text_name, run.start, run.end).write(h);
             }
         }
 

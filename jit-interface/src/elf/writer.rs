@@ -129,6 +129,23 @@ impl Header {
         }
     }
 
+    /// The header of a `.text` section (NOBITS: the code is the process's) for the run of
+    /// code `[start, end)`.
+    pub(super) fn text(name: u32, start: u64, end: u64) -> Header {
+        Header {
+            name,
+            kind: elf::SHT_NOBITS,
+            flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
+            addr: start,
+            offset: 0,
+            size: end - start,
+            link: 0,
+            info: 0,
+            align: 1,
+            entsize: 0,
+        }
+    }
+
     /// Writes the header into `h`, which is zero: zero fields are left alone.
     pub(super) fn write(&self, h: &mut [u8; SECTION_HEADER]) {
         h[0..4].copy_from_slice(&self.name.to_le_bytes());
@@ -348,19 +365,7 @@ pub(super) fn write(
         null[40..44].copy_from_slice(&(strtab as u32).to_le_bytes());
     }
     for run in &layout.runs {
-        Header {
-            name: section_name(text_name),
-            kind: elf::SHT_NOBITS,
-            flags: elf::SHF_ALLOC | elf::SHF_EXECINSTR,
-            addr: run.start,
-            offset: 0,
-            size: run.end - run.start,
-            link: 0,
-            info: 0,
-            align: 1,
-            entsize: 0,
-        }
-        .write(next());
+        Header::text(section_name(text_name), run.start, run.end).write(next());
     }
     for ((s, &offset), &name) in data.iter().zip(&offsets).zip(&data_names) {
         Header::data(section_name(name), elf::SHT_PROGBITS, offset, s.data.len()).write(next());
