@@ -13,10 +13,11 @@
 //!   list, as GDB always does on attach; the byte is read again after every in-place change,
 //!   so a debugger that attached meanwhile is told about it before the call returns.
 //!   Small ELF objects are appended in place the same way, to a growing ELF payload
-//!   (`elf::Growing`: each object is encoded once, into its place, and its compact
-//!   record is kept for rewrites); an ELF payload has no live check, so unregistering
-//!   rewrites the batch. Objects with call sites or variables (which a compact record
-//!   cannot carry) are registered as under a debugger.
+//!   (`elf::Growing`: each object is encoded once, into its place; a one-function object
+//!   with lines is read back from the payload for rewrites, others keep their compact
+//!   record); an ELF payload has no live check, so unregistering rewrites the batch.
+//!   Objects with call sites or variables (which a compact record cannot carry) are
+//!   registered as under a debugger.
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
 //!   before the call returns), every `FAN_IN` of those are merged into one batch entry, every
 //!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. ELF
@@ -122,7 +123,9 @@ impl EntryCell {
 struct Slot {
     id: u32,
     /// Byte range of the member's compact record: in the payload of a compact batch, in
-    /// `Batch::records` of a sealed ELF one (unused in other ELF batches).
+    /// `Batch::records` of a sealed ELF one (unused in other ELF batches). In a grown ELF
+    /// batch (see `Batch::index`), `len` 0 is a plain object, read back from the payload:
+    /// `at` is its index in append order.
     at: u32,
     len: u32,
 }
@@ -171,6 +174,9 @@ struct Batch {
     /// An ELF batch that small objects are appended to in place while no debugger is
     /// attached (`State::append_growing`): the state of its payload.
     growing: Option<Box<crate::elf::Growing>>,
+    /// Once it stops growing: where its plain objects are in its payload (see
+    /// `Batch::decode_member`), until a rewrite gives every member a model.
+    index: Option<Box<crate::elf::GrowingIndex>>,
 }
 
 impl Batch {
@@ -192,11 +198,26 @@ impl Batch {
             pending: 0,
             records: Vec::new(),
             growing: None,
+            index: None,
         }
     }
 
     fn entry(&self) -> *mut JitCodeEntry {
         self.cell.entry.get()
+    }
+
+    /// The model of member `slot` of an ELF batch, which has no model kept: decoded from its
+    /// compact record, or read back from the payload (a plain object of a grown batch).
+    fn decode_member(&self, slot: &Slot) -> Option<JitObject> {
+        if slot.len > 0 {
+            return decode_record(&self.records, slot);
+        }
+        let index = match (&self.growing, &self.index) {
+            (Some(g), _) => g.index(),
+            (None, Some(index)) => index,
+            (None, None) => return None,
+        };
+        index.object(&self.buf, slot.at as usize)
     }
 
     /// Points the (not yet linked) entry at the payload.
@@ -664,9 +685,14 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 (None, calls.then(|| Arc::new(object.clone())))
             }
             Format::Elf if grow => {
-                // Validates the object, as the ELF encoder would (the same checks).
+                // A plain object (one function with lines: what runtimes registering one by
+                // one mostly have) is read back from the payload when needed, and the ELF
+                // encoder validates it under the lock. Others keep their compact record;
+                // encoding it validates them, as the ELF encoder would (the same checks).
                 scratch.clear();
-                crate::format::encode_record(&mut scratch, object, None)?;
+                if !maybe_plain(object) {
+                    crate::format::encode_record(&mut scratch, object, None)?;
+                }
                 (None, None)
             }
             Format::Elf => {
@@ -809,6 +835,73 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             payload_len: payload_len as u64,
         })
     })
+}
+
+/// Is `object` one that a growing payload can read back (see `elf::GrowingIndex`): one
+/// function with line rows and no blocks? (The payload has the last word.)
+fn maybe_plain(object: &JitObject) -> bool {
+    object.functions().len() == 1
+        && object
+            .functions()
+            .iter()
+            .all(|f| !f.lines().is_empty() && f.blocks().is_empty())
+}
+
+/// The slot of member `id`, object `k` of a growing ELF batch: a plain object (`plain`) is
+/// read back from the payload; another keeps its compact record in `records` (`record`, or
+/// encoded here if the caller expected a plain object). A slot of length 0 for an object
+/// that is not plain (its record failed): the caller keeps its model.
+fn kept_slot(
+    records: &mut Vec<u8>,
+    id: u32,
+    object: &JitObject,
+    record: &[u8],
+    k: usize,
+    plain: bool,
+) -> Slot {
+    // A payload holds about 1,000 objects.
+    let index = Slot {
+        id,
+        at: k as u32,
+        len: 0,
+    };
+    if plain {
+        return index;
+    }
+    let before = records.len();
+    if records.is_empty() {
+        // Room for the records of a full payload: they are about a fifth of its size.
+        records.reserve(crate::elf::GROWING_PAYLOAD / 4);
+        records.extend_from_slice(&crate::format::header(object.arch()));
+    }
+    let at = records.len();
+    let encoded = if record.is_empty() {
+        crate::format::encode_record(records, object, None).is_ok()
+    } else {
+        records.extend_from_slice(record);
+        true
+    };
+    match (
+        encoded,
+        offset32(at, Format::Compact),
+        offset32(records.len() - at, Format::Compact),
+    ) {
+        (true, Ok(at), Ok(len)) => Slot { id, at, len },
+        _ => {
+            records.truncate(before);
+            index
+        }
+    }
+}
+
+/// The model in the compact record of `slot`, in `records` (a compact header, then records).
+fn decode_record(records: &[u8], slot: &Slot) -> Option<JitObject> {
+    let header = records.get(..crate::format::HEADER_LEN)?;
+    let record = records.get(slot.range())?;
+    let mut payload = Vec::with_capacity(header.len() + record.len());
+    payload.extend_from_slice(header);
+    payload.extend_from_slice(record);
+    crate::format::decode(&payload).ok().map(|d| d.object)
 }
 
 /// Can `object`'s compact record carry it whole (for re-encoding as ELF)?
@@ -1008,8 +1101,9 @@ impl State {
     }
 
     /// Appends the small ELF object `object` (member `id`, whose compact record without
-    /// live check is `record`) in place to the growing ELF batch, or to a new one when there
-    /// is none or it is full. Returns the batch and the bytes the object took there;
+    /// live check is `record`, empty if it may be plain) in place to the growing ELF batch,
+    /// or to a new one when there is none or it is full. Returns the batch and the bytes the
+    /// object took there;
     /// `Ok(None)` if it fits in no growing payload (the caller registers it the general
     /// way). No debugger was attached when the caller looked; if one is attached now, it is
     /// told about the batch, which stops growing.
@@ -1023,16 +1117,19 @@ impl State {
         object: &JitObject,
         record: &[u8],
     ) -> Result<Option<(u64, usize)>> {
-        let len = offset32(record.len(), Format::Compact)?;
+        offset32(record.len(), Format::Compact)?;
         let batch_id = self.growing;
         if batch_id != FREE {
             if let Some(batch) = self.batches.get_mut(batch_id) {
                 if let Some(growing) = batch.growing.as_mut() {
                     if let Some(bytes) = growing.append(&mut batch.buf, object)? {
-                        // Records stay far below 4 GiB: a payload holds about 1,000 objects.
-                        let at = batch.records.len() as u32;
-                        batch.records.extend_from_slice(record);
-                        batch.members.push(Slot { id, at, len });
+                        let k = growing.objects() - 1;
+                        let plain = growing.index().is_plain(k);
+                        let slot = kept_slot(&mut batch.records, id, object, record, k, plain);
+                        batch.members.push(slot);
+                        if slot.len == 0 && !plain {
+                            self.set_model(id, Some(Arc::new(object.clone())));
+                        }
                         if descriptor::debugger_attached() {
                             // Attached meanwhile: it may have read the payload before.
                             self.republish(batch_id, false);
@@ -1044,7 +1141,7 @@ impl State {
             // Full (or no room for this object): it stays as it is, sealed.
             self.seal(batch_id);
         }
-        self.grow_new(id, object, record, len)
+        self.grow_new(id, object, record)
     }
 
     /// `append_growing` when there is no growing batch with room: a new one, holding
@@ -1056,7 +1153,6 @@ impl State {
         id: u32,
         object: &JitObject,
         record: &[u8],
-        len: u32,
     ) -> Result<Option<(u64, usize)>> {
         // Allocated before the payload: see `Batch::cell`.
         let cell = EntryCell::new();
@@ -1064,14 +1160,15 @@ impl State {
         let Some(bytes) = growing.append(&mut buf, object)? else {
             return Ok(None);
         };
-        // Room for the records of a full payload: they are about a fifth of its size.
-        let mut records = Vec::with_capacity(crate::elf::GROWING_PAYLOAD / 4);
-        records.extend_from_slice(&crate::format::header(object.arch()));
-        let at = records.len() as u32;
-        records.extend_from_slice(record);
-        // Room for a full payload's objects, as for the records.
+        let plain = growing.index().is_plain(0);
+        let mut records = Vec::new();
+        let slot = kept_slot(&mut records, id, object, record, 0, plain);
+        if slot.len == 0 && !plain {
+            self.set_model(id, Some(Arc::new(object.clone())));
+        }
+        // Room for a full payload's objects: growing by copying touches fresh memory.
         let mut members = Vec::with_capacity(crate::elf::GROWING_PAYLOAD / 256);
-        members.push(Slot { id, at, len });
+        members.push(slot);
         let batch_id = self.link_new(cell, Format::Elf, SEALED, buf, members);
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.records = records;
@@ -1090,8 +1187,12 @@ impl State {
     fn seal(&mut self, batch_id: u64) {
         if let Some(b) = self.batches.get_mut(batch_id) {
             b.open = false;
-            if let Some(mirror) = b.growing.take().and_then(|mut g| g.take_mirror()) {
-                self.spare_growing = Some(mirror);
+            if let Some(growing) = b.growing.take() {
+                let (index, mirror) = growing.seal();
+                b.index = Some(Box::new(index));
+                if mirror.is_some() {
+                    self.spare_growing = mirror;
+                }
             }
         }
         self.unopen(batch_id);
@@ -1328,33 +1429,25 @@ impl State {
     }
 
     /// Gives every member of `batch_id` that has no model one decoded from its compact
-    /// record: in the payload of a compact batch, in `records` of a sealed ELF batch. False
-    /// if a record does not decode (the caller keeps the batch as it is).
+    /// record (in the payload of a compact batch, in `records` of a sealed ELF batch) or
+    /// read back from a grown batch's payload. False if one does not decode (the caller
+    /// keeps the batch as it is).
     fn decode_models(&mut self, batch_id: u64) -> bool {
         let Some(batch) = self.batches.get(batch_id) else {
             return false;
         };
-        let bytes = match batch.format {
-            Format::Compact => &batch.buf,
-            Format::Elf => &batch.records,
-        };
-        let mut payload = Vec::new();
         let mut decoded = Vec::new();
         for s in &batch.members {
             if self.model_of(s.id).is_some() {
                 continue;
             }
-            let (Some(header), Some(record)) =
-                (bytes.get(..crate::format::HEADER_LEN), bytes.get(s.range()))
-            else {
-                return false;
+            let model = match batch.format {
+                Format::Compact => decode_record(&batch.buf, s),
+                Format::Elf => batch.decode_member(s),
             };
-            payload.clear();
-            payload.extend_from_slice(header);
-            payload.extend_from_slice(record);
-            match crate::format::decode(&payload) {
-                Ok(d) => decoded.push((s.id, d.object)),
-                Err(_) => return false,
+            match model {
+                Some(model) => decoded.push((s.id, model)),
+                None => return false,
             }
         }
         for (id, model) in decoded {
@@ -1558,6 +1651,7 @@ impl State {
         // it: a batch that loses one member often loses more, and decoding it all again
         // at each would cost more than the rest of the rewrite.
         batch.records = Vec::new();
+        batch.index = None;
         batch.dead = 0;
         if new_format != format {
             batch.format = new_format;
@@ -1603,43 +1697,62 @@ impl State {
             batch.growing = Some(growing);
             return false;
         }
+        // The objects to append again, read before the payload is cut (a plain one from the
+        // payload itself, at its index there).
+        let mut again = Vec::with_capacity(members - pos);
+        for s in &batch.members[pos..] {
+            let model = match self.models.get(s.id as usize) {
+                Some(Some(model)) => Some(Arc::clone(model)),
+                _ if s.len > 0 => decode_record(&batch.records, s).map(Arc::new),
+                _ => growing
+                    .index()
+                    .object(&batch.buf, s.at as usize)
+                    .map(Arc::new),
+            };
+            let Some(model) = model else {
+                batch.growing = Some(growing);
+                return false;
+            };
+            again.push(model);
+        }
         self.regrown += suffix;
         let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.take()) else {
             batch.growing = Some(growing);
             return false;
         };
-        // From here on, a failure leaves the batch sealed (its state is the new payload's).
-        let Some(batch) = self.batches.get(batch_id) else {
-            return false;
-        };
-        let header = batch.records.get(..crate::format::HEADER_LEN);
-        let mut payload = Vec::new();
-        for s in &batch.members[pos..] {
-            let decoded;
-            let model = match self.model_of(s.id) {
-                Some(model) => model,
-                None => {
-                    let (Some(header), Some(record)) = (header, batch.records.get(s.range()))
-                    else {
-                        self.seal(batch_id);
-                        return false;
-                    };
-                    payload.clear();
-                    payload.extend_from_slice(header);
-                    payload.extend_from_slice(record);
-                    match crate::format::decode(&payload) {
-                        Ok(d) => decoded = d.object,
-                        Err(_) => {
-                            self.seal(batch_id);
-                            return false;
-                        }
-                    }
-                    &decoded
-                }
-            };
+        // The objects `again` take the places `pos..` (in append order).
+        let mut places = Vec::with_capacity(again.len());
+        for (k, model) in (pos..).zip(&again) {
             if !matches!(growing.append(&mut buf, model), Ok(Some(_))) {
+                // The batch stays as it was (`buf` is dropped), sealed: its objects before
+                // `pos` are read back through the index (the same bytes in both payloads),
+                // those after keep the models read above.
+                let ids: Vec<u32> = batch.members[pos..].iter().map(|s| s.id).collect();
+                batch.growing = Some(growing);
+                for (id, model) in ids.into_iter().zip(again) {
+                    self.set_model(id, Some(model));
+                }
                 self.seal(batch_id);
                 return false;
+            }
+            places.push(growing.index().is_plain(k));
+        }
+        for ((s, plain), (k, model)) in batch.members[pos..]
+            .iter_mut()
+            .zip(places)
+            .zip((pos..).zip(again))
+        {
+            if s.len > 0 || self.models.get(s.id as usize).is_some_and(Option::is_some) {
+                continue;
+            }
+            if plain {
+                s.at = k as u32;
+            } else {
+                // Read back, but not plain when appended again (not expected): its model.
+                let id = s.id;
+                self.models
+                    .resize_with(self.models.len().max(id as usize + 1), || None);
+                self.models[id as usize] = Some(model);
             }
         }
         let mut cell = EntryCell::new();
@@ -1809,6 +1922,47 @@ mod tests {
             .expect("the batch");
         assert_eq!((batch.format, batch.level), (Format::Elf, SEALED));
         assert!(batch.records.len() > crate::format::HEADER_LEN * regs.len());
+        drop(st);
+        drop(regs);
+    }
+
+    /// One-function ELF objects with line rows, appended to a growing payload without a
+    /// debugger, keep neither a model nor a compact record: the payload is read back.
+    #[test]
+    fn plain_elf_members_keep_neither_records_nor_models() {
+        let base = 0x5d00_0000_0000u64;
+        let regs: Vec<Registration> = (0..64u64)
+            .map(|i| {
+                let mut o = JitObject::new();
+                let f = o
+                    .add_function(&format!("plain_{i:04}"), base + i * 64, 64)
+                    .unwrap();
+                let rows = [crate::model::LineRow { offset: 0, line: 3 }];
+                o.set_lines(f, "plain.js", &rows).unwrap();
+                o.set_frame_pointer(f, 1, 4).unwrap();
+                register(&o, Format::Elf).unwrap()
+            })
+            .collect();
+        let st = registry();
+        for (i, r) in regs.iter().enumerate() {
+            assert!(st.model_of(r.id).is_none(), "a plain member kept a model");
+            let batch = st
+                .member_ref(r.id)
+                .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
+                .expect("the batch");
+            let slot = batch.members.iter().find(|s| s.id == r.id).expect("a slot");
+            assert_eq!(slot.len, 0, "a plain member kept a record");
+            let back = batch.decode_member(slot).expect("read back");
+            let f = back.functions().first().expect("its function");
+            assert_eq!(
+                (f.name(), f.start(), f.file()),
+                (
+                    format!("plain_{i:04}").as_str(),
+                    base + i as u64 * 64,
+                    Some("plain.js")
+                )
+            );
+        }
         drop(st);
         drop(regs);
     }

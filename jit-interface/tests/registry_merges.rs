@@ -201,3 +201,231 @@ fn growing_payloads_lose_recent_objects_and_keep_growing() {
     drop(live);
     assert_eq!(jit_interface::descriptor::entry_count(), entries_before);
 }
+
+/// A function's name, line rows and unwind rows as the model has them (absolute addresses).
+type Expected = (String, Vec<(u64, u64)>, Vec<(u64, u16, i64, Option<i64>)>);
+
+/// What `object`'s functions should read as: every line row, and the CFA (register, offset)
+/// and frame-pointer save slot at every unwind row.
+fn expected(object: &JitObject) -> Vec<Expected> {
+    use jit_interface::{Arch, CfaBase};
+    object
+        .functions()
+        .iter()
+        .map(|f| {
+            let lines = f
+                .lines()
+                .iter()
+                .map(|r| (f.start() + u64::from(r.offset), u64::from(r.line)))
+                .collect();
+            let unwind = f
+                .frame()
+                .rows(Arch::X86_64, f.size().into())
+                .iter()
+                .map(|r| {
+                    let reg = match r.cfa_base {
+                        CfaBase::Sp => 7,
+                        CfaBase::Fp => 6,
+                    };
+                    let fp = (r.fp_offset != 0).then_some(i64::from(r.fp_offset));
+                    (
+                        f.start() + u64::from(r.offset),
+                        reg,
+                        i64::from(r.cfa_offset),
+                        fp,
+                    )
+                })
+                .collect();
+            (f.name().to_string(), lines, unwind)
+        })
+        .collect()
+}
+
+/// What the listed ELF entries say about the functions of `want`, read with gimli.
+fn read_listed(want: &[Expected]) -> Vec<Expected> {
+    use gimli::{BaseAddresses, CfaRule, RegisterRule, UnwindContext, UnwindSection};
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let (_, payloads) = listed_elf();
+    let mut lines: Vec<(u64, u64)> = Vec::new();
+    let mut symbols = std::collections::HashMap::new();
+    let mut frames = Vec::new();
+    for bytes in &payloads {
+        let file = object::File::parse(&bytes[..]).expect("an ELF entry");
+        for s in file.symbols() {
+            let section = file.section_by_index(s.section_index().unwrap()).unwrap();
+            let name = s.name().unwrap().to_string();
+            symbols.insert(name, section.address() + s.address());
+        }
+        let section =
+            |id: gimli::SectionId| -> gimli::Result<gimli::EndianSlice<'_, gimli::LittleEndian>> {
+                let data = file
+                    .section_by_name(id.name())
+                    .and_then(|s| s.data().ok())
+                    .unwrap_or(&[]);
+                Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
+            };
+        let dwarf = gimli::Dwarf::load(section).unwrap();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            if let Some(program) = unit.line_program.clone() {
+                let mut rows = program.rows();
+                while let Some((_, row)) = rows.next_row().unwrap() {
+                    if !row.end_sequence() {
+                        lines.push((row.address(), row.line().map_or(0, |l| l.get())));
+                    }
+                }
+            }
+        }
+        frames.push(section(gimli::SectionId::DebugFrame).unwrap());
+    }
+    lines.sort();
+    // Every FDE, by start address.
+    let mut fdes = Vec::new();
+    for (p, data) in frames.iter().enumerate() {
+        let mut frame = gimli::DebugFrame::from(*data);
+        frame.set_address_size(8);
+        let bases = BaseAddresses::default();
+        let mut entries = frame.entries(&bases);
+        while let Some(entry) = entries.next().unwrap() {
+            if let gimli::CieOrFde::Fde(partial) = entry {
+                let fde = partial.parse(gimli::DebugFrame::cie_from_offset).unwrap();
+                fdes.push((p, fde));
+            }
+        }
+    }
+    fdes.sort_by_key(|(_, fde)| fde.initial_address());
+    want.iter()
+        .map(|(name, want_lines, want_unwind)| {
+            let start = *symbols
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} is not listed"));
+            let end = want_unwind.last().map_or(start, |u| u.0) + 1;
+            let first = want_lines.first().map_or(start, |l| l.0);
+            let last = want_lines.last().map_or(start, |l| l.0);
+            let from = lines.partition_point(|&(a, _)| a < first.min(start));
+            let to = lines.partition_point(|&(a, _)| a <= last.max(end));
+            let mut got_lines = lines[from..to].to_vec();
+            got_lines.dedup();
+            let unwind = want_unwind
+                .iter()
+                .map(|&(addr, ..)| {
+                    let k = fdes.partition_point(|(_, fde)| fde.initial_address() <= addr);
+                    let found = k.checked_sub(1).and_then(|k| {
+                        let (p, fde) = &fdes[k];
+                        let mut frame = gimli::DebugFrame::from(frames[*p]);
+                        frame.set_address_size(8);
+                        let mut ctx = UnwindContext::new();
+                        let row = fde
+                            .unwind_info_for_address(
+                                &frame,
+                                &BaseAddresses::default(),
+                                &mut ctx,
+                                addr,
+                            )
+                            .ok()?;
+                        let CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else {
+                            panic!("{name}: a CFA expression")
+                        };
+                        let fp = match row.register(gimli::Register(6)) {
+                            Some(RegisterRule::Offset(o)) => Some(o),
+                            _ => None,
+                        };
+                        Some((addr, register.0, offset, fp))
+                    });
+                    found.unwrap_or_else(|| panic!("{name}: no FDE covers {addr:#x}"))
+                })
+                .collect();
+            (name.clone(), got_lines, unwind)
+        })
+        .collect()
+}
+
+/// Growing payloads keep no compact record for a one-function object with lines: it is read
+/// back from the payload when the objects after it are appended again (a recent one
+/// leaves) or the payload is rewritten (an old one leaves). A tiering runtime registering
+/// objects of every shape (frame-pointer functions with epilogues, explicit unwind rows,
+/// default frames, spread lines; objects without lines and two-function objects, which
+/// keep records) and unregistering as above: every live function keeps exactly its line
+/// rows and its unwind rules at every row, as gimli reads them from the listed entries.
+#[test]
+fn read_back_objects_keep_their_lines_and_frames() {
+    use jit_interface::{CfaBase, LineRow, UnwindRow};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x5c00_0000_0000u64;
+    let make = |i: u64| -> JitObject {
+        let mut obj = JitObject::new();
+        let name = format!("read_back_{i:04}");
+        let start = base + i * 0x400;
+        let size = 48 + (i * 37) % 300;
+        let f = obj.add_function(&name, start, size).unwrap();
+        let rows: Vec<LineRow> = (0..(1 + i % 12) as u32)
+            .map(|r| LineRow {
+                offset: r * (1 + (i as u32 * 7 + r) % 23) % size as u32,
+                line: 1 + ((i as u32 * 131 + r * 17) % 9000),
+            })
+            .scan(None, |prev: &mut Option<u32>, r| {
+                // Strictly increasing offsets.
+                let ok = prev.is_none_or(|p| r.offset > p);
+                if ok {
+                    *prev = Some(r.offset);
+                }
+                Some(ok.then_some(r))
+            })
+            .flatten()
+            .collect();
+        if i % 7 != 3 {
+            obj.set_lines(f, &format!("file{}.js", i % 3), &rows)
+                .unwrap();
+        }
+        match i % 4 {
+            0 => obj.set_frame_pointer(f, 1, 4).unwrap(),
+            1 => {
+                obj.set_frame_pointer(f, 1, 4).unwrap();
+                obj.add_epilogue(f, size as u32 - 8, size as u32 - 7)
+                    .unwrap();
+                obj.add_epilogue(f, size as u32 - 2, size as u32 - 1)
+                    .unwrap();
+            }
+            2 => {
+                let fp = |offset, cfa_offset| UnwindRow {
+                    offset,
+                    cfa_base: CfaBase::Sp,
+                    cfa_offset,
+                    fp_offset: 0,
+                };
+                obj.set_unwind(f, &[fp(0, 8), fp(2, 24), fp(size as u32 - 3, 8)])
+                    .unwrap();
+            }
+            _ => {}
+        }
+        if i % 11 == 5 {
+            let g = obj
+                .add_function(&format!("read_back_{i:04}_second"), start + 0x180, 32)
+                .unwrap();
+            obj.set_lines(g, "second.js", &[LineRow { offset: 0, line: 7 }])
+                .unwrap();
+        }
+        obj
+    };
+    let mut live: Vec<Option<(JitObject, Registration)>> = Vec::new();
+    for i in 0..2600u64 {
+        let obj = make(i);
+        let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+        live.push(Some((obj, reg)));
+        if i % 10 == 9 {
+            drop(live[i as usize - 5].take());
+        }
+        if i % 200 == 199 {
+            drop(live[(i / 3) as usize].take());
+        }
+        if i % 650 == 649 {
+            let want: Vec<Expected> = live
+                .iter()
+                .flatten()
+                .flat_map(|(o, _)| expected(o))
+                .collect();
+            assert_eq!(read_listed(&want), want, "after {} registrations", i + 1);
+        }
+    }
+}

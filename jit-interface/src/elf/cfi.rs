@@ -12,7 +12,7 @@
 
 use gimli::constants as dw;
 
-use super::bytes::{extend_small, patch_length, Put, Small};
+use super::bytes::{extend_small, patch_length, Get, Put, Small};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
@@ -263,6 +263,76 @@ fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
         state = *row;
     }
     finish_entry(out, at)
+}
+
+/// Reads back an FDE that [`one_function`] wrote (`bytes` is the FDE, nothing else): the
+/// function's start, size and unwind rows. The rows are those the instructions set, from
+/// the entry state at offset 0: rows that changed nothing were never written, and writing
+/// these again writes the same FDE. `None` if anything else is there.
+pub(super) fn read_fde(bytes: &[u8]) -> Option<(u64, u32, Vec<UnwindRow>)> {
+    let mut g = Get::new(bytes);
+    let len = g.u32()? as usize;
+    if len.checked_add(4)? != bytes.len() || g.u32()? != 0 {
+        return None;
+    }
+    let start = g.u64()?;
+    let size = u32::try_from(g.u64()?).ok()?;
+    let mut rows = vec![UnwindRow::X86_64_ENTRY];
+    // Location of the instructions being read (a row at 0 starts with an advance of 0).
+    let mut loc = 0u64;
+    let base = |reg: u64| match u8::try_from(reg).ok()? {
+        RSP => Some(CfaBase::Sp),
+        RBP => Some(CfaBase::Fp),
+        _ => None,
+    };
+    while !g.is_empty() {
+        let op = g.u8()?;
+        let delta = match op & 0xc0 {
+            0x40 => Some(u64::from(op & 0x3f)),
+            _ if op == dw::DW_CFA_advance_loc1.0 => Some(g.u8()?.into()),
+            _ if op == dw::DW_CFA_advance_loc2.0 => Some(g.u16()?.into()),
+            _ if op == dw::DW_CFA_advance_loc4.0 => Some(g.u32()?.into()),
+            _ => None,
+        };
+        if let Some(delta) = delta {
+            loc = loc.checked_add(delta)?;
+            continue;
+        }
+        if op == dw::DW_CFA_nop.0 {
+            // Padding: only more of it may follow.
+            while !g.is_empty() {
+                if g.u8()? != dw::DW_CFA_nop.0 {
+                    return None;
+                }
+            }
+            break;
+        }
+        let last = *rows.last()?;
+        if u64::from(last.offset) != loc {
+            rows.push(UnwindRow {
+                offset: u32::try_from(loc).ok()?,
+                ..last
+            });
+        }
+        let row = rows.last_mut()?;
+        match op {
+            _ if op == dw::DW_CFA_def_cfa.0 => {
+                row.cfa_base = base(g.uleb()?)?;
+                row.cfa_offset = i32::try_from(g.uleb()?).ok()?;
+            }
+            _ if op == dw::DW_CFA_def_cfa_register.0 => row.cfa_base = base(g.uleb()?)?,
+            _ if op == dw::DW_CFA_def_cfa_offset.0 => {
+                row.cfa_offset = i32::try_from(g.uleb()?).ok()?;
+            }
+            _ if op == dw::DW_CFA_restore.0 | RBP => row.fp_offset = 0,
+            _ if op == dw::DW_CFA_offset.0 | RBP => {
+                row.fp_offset = i32::try_from(g.uleb()?).ok()?.checked_mul(DATA_ALIGN)?;
+            }
+            _ => return None,
+        }
+    }
+    check_unwind_rows(&rows, size).ok()?;
+    Some((start, size, rows))
 }
 
 /// [`debug_frame`] for any number of functions.

@@ -29,7 +29,7 @@ use gimli::constants::{DwAt, DwForm, DwTag};
 
 use std::collections::HashMap;
 
-use super::bytes::{extend_small, offset32, patch_length, Put, Small};
+use super::bytes::{extend_small, offset32, patch_length, Get, Put, Small};
 use super::layout::{adjacent_ranges, Layout, Unit, MAX_PADDING, NO_FILE_UNIT};
 use crate::error::Result;
 use crate::model::{
@@ -948,6 +948,44 @@ pub(super) fn line_sequence(out: &mut Vec<u8>, f: Function<'_>) {
     lines.set_address(f.start());
     lines.rows(f.start(), f.lines());
     lines.end_sequence(f.end());
+}
+
+/// Reads back a sequence that [`line_sequence`] wrote, from the start of `bytes` to its
+/// `DW_LNE_end_sequence`: the function's start and end, and its rows (offsets from the
+/// start). Each row was written as one special opcode, after the opcodes that move the
+/// state machine further than one can. `None` for any other opcode or a row before the
+/// start.
+pub(super) fn read_line_sequence(bytes: &[u8]) -> Option<(u64, u64, Vec<LineRow>)> {
+    let mut g = Get::new(bytes);
+    if (g.u8()?, g.uleb()?, g.u8()?) != (0, 9, dw::DW_LNE_set_address.0) {
+        return None;
+    }
+    let start = g.u64()?;
+    let (mut address, mut line) = (start, 1i64);
+    let mut rows = Vec::new();
+    loop {
+        let op = g.u8()?;
+        if op >= OPCODE_BASE {
+            let n = u64::from(op - OPCODE_BASE);
+            address = address.checked_add(n / LINE_RANGE)?;
+            line = line.checked_add((n % LINE_RANGE) as i64 + LINE_BASE)?;
+            rows.push(LineRow {
+                offset: u32::try_from(address - start).ok()?,
+                line: u32::try_from(line).ok()?,
+            });
+            continue;
+        }
+        match dw::DwLns(op) {
+            dw::DW_LNS_advance_pc => address = address.checked_add(g.uleb()?)?,
+            dw::DW_LNS_advance_line => line = line.checked_add(g.sleb()?)?,
+            dw::DW_LNS_const_add_pc => address = address.checked_add(CONST_ADD_PC)?,
+            _ if op == 0 => {
+                return ((g.uleb()?, g.u8()?) == (1, dw::DW_LNE_end_sequence.0))
+                    .then_some((start, address, rows));
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// The line-number state machine, as the program being written leaves it.
