@@ -105,7 +105,9 @@ fn check_slots(q: &str, text: &str, threads: u32) {
 /// The same churn without a debugger (compact records appended in place and tombstoned;
 /// small ELF objects appended in place to growing payloads, rolled back or rewritten as
 /// objects leave), then GDB attaches, and then reads a core file of the process: both know
-/// exactly the live set.
+/// exactly the live set. In between, still attached, GDB lets the host unregister every
+/// other live object (rewriting batches made without a debugger: ELF objects read back from
+/// their payloads) and knows exactly the new live set.
 fn churn_then_attach(format: &str, threads: u32, ops: u32) {
     let dir = TempDir::new(&format!("scale-attach-{format}"));
     let queries = dir.join("queries.gdb");
@@ -125,6 +127,10 @@ fn churn_then_attach(format: &str, threads: u32, ops: u32) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
     let source = format!("source {}", queries.display());
+    // Then, with GDB still attached, the host unregisters every other live object: the
+    // batches filled without a debugger are rewritten (ELF: objects read back from their
+    // growing payloads), and GDB must follow.
+    let after = dir.join("queries2.gdb");
     let attached = gdb(&[
         "-p".into(),
         host.pid.to_string(),
@@ -133,12 +139,35 @@ fn churn_then_attach(format: &str, threads: u32, ops: u32) {
         "-ex".into(),
         format!("gcore {}", core.display()),
         "-ex".into(),
-        "detach".into(),
+        "break scale_host_checkpoint".into(),
+        "-ex".into(),
+        "set language c".into(),
+        "-ex".into(),
+        "set var *(unsigned char *) &SCALE_HOST_GO = 1".into(),
+        "-ex".into(),
+        "continue".into(),
+        "-ex".into(),
+        "echo PHASE-2\\n".into(),
+        "-ex".into(),
+        format!("source {}", after.display()),
+        "-ex".into(),
+        "kill".into(),
     ]);
     drop(host);
     let q = std::fs::read_to_string(&queries)
         .unwrap_or_else(|e| panic!("the host wrote no query file ({e}):\n{attached}"));
-    check_slots(&q, &attached, threads);
+    let (before_go, after_go) = attached
+        .split_once("PHASE-2\n")
+        .unwrap_or_else(|| panic!("GDB did not get to the second phase:\n{attached}"));
+    check_slots(&q, before_go, threads);
+    let q2 = std::fs::read_to_string(&after)
+        .unwrap_or_else(|e| panic!("the host wrote no second query file ({e}):\n{attached}"));
+    assert!(
+        q2.lines().filter(|l| l.ends_with(" -")).count()
+            > q.lines().filter(|l| l.ends_with(" -")).count(),
+        "nothing was unregistered under GDB"
+    );
+    check_slots(&q2, after_go, threads);
     assert!(core.exists(), "gcore wrote no core file:\n{attached}");
     let post_mortem = gdb(&[
         "-ex".into(),

@@ -16,7 +16,10 @@
 //!                                       scale_host_checkpoint
 //! scale_host churn T OPS compact|elf wait
 //!                                       the same (queries to ./queries.gdb by default),
-//!                                       then print `ready pid=PID` and sleep
+//!                                       then print `ready pid=PID` and sleep; once an
+//!                                       attached debugger sets SCALE_HOST_GO, unregister
+//!                                       every other live object, write ./queries2.gdb,
+//!                                       stop in scale_host_checkpoint again and sleep
 //! ```
 //! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
 //! function's lines at its own place in the source (default: every function has lines 10-17).
@@ -35,6 +38,27 @@ const FN_SIZE: u64 = 64;
 #[inline(never)]
 pub extern "C" fn scale_host_checkpoint(live: usize) -> usize {
     std::hint::black_box(live)
+}
+
+/// A debugger attached to a waiting `churn` host sets this to 1 (`set var *(unsigned char *)
+/// &SCALE_HOST_GO = 1`): the host then unregisters every other live object with the
+/// debugger watching (batches filled without one are rewritten), writes `queries2.gdb` and
+/// stops at `scale_host_checkpoint` again.
+#[no_mangle]
+pub static SCALE_HOST_GO: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Writes GDB commands asking for every slot's address (slot `i` at `base + i * FN_SIZE`)
+/// to `path`, each after the name the host has there (`# EXPECT ADDR NAME|-`).
+fn write_queries(path: &std::ffi::OsStr, base: u64, slots: &[Option<(String, Registration)>]) {
+    let mut q = String::new();
+    for (i, slot) in slots.iter().enumerate() {
+        let addr = base + i as u64 * FN_SIZE;
+        let name = slot.as_ref().map_or("-", |(n, _)| n.as_str());
+        q += &format!(
+            "# EXPECT {addr:#x} {name}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
+        );
+    }
+    std::fs::write(path, q).expect("write the query file");
 }
 
 /// CPU time of the calling thread (user and kernel: page faults count), which other load on
@@ -330,7 +354,7 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
             })
         })
         .collect();
-    let slots: Vec<Option<(String, Registration)>> = handles
+    let mut slots: Vec<Option<(String, Registration)>> = handles
         .into_iter()
         .flat_map(|h| h.join().expect("thread"))
         .collect();
@@ -351,27 +375,30 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
     let queries = std::env::var_os("SCALE_HOST_QUERIES")
         .or_else(|| wait.then(|| std::ffi::OsString::from("queries.gdb")));
     if let Some(path) = queries {
-        let mut q = String::new();
-        for (i, slot) in slots.iter().enumerate() {
-            let addr = base + i as u64 * FN_SIZE;
-            let name = slot.as_ref().map_or("-", |(n, _)| n.as_str());
-            q += &format!(
-                "# EXPECT {addr:#x} {name}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
-            );
-        }
-        std::fs::write(path, q).expect("write the query file");
+        write_queries(&path, base, &slots);
     }
-    let live: Vec<_> = slots.into_iter().flatten().collect();
-    println!("LIVE-COUNT {}", live.len());
-    scale_host_checkpoint(live.len());
+    let live = slots.iter().flatten().count();
+    println!("LIVE-COUNT {live}");
+    scale_host_checkpoint(live);
     if wait {
         // For a debugger that attaches now (the churn ran without one).
         println!("ready pid={}", std::process::id());
         use std::io::Write;
         let _ = std::io::stdout().flush();
+        let t0 = Instant::now();
+        while SCALE_HOST_GO.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            if t0.elapsed().as_secs() >= 600 {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        for slot in slots.iter_mut().filter(|s| s.is_some()).step_by(2) {
+            drop(slot.take());
+        }
+        write_queries("queries2.gdb".as_ref(), base, &slots);
+        scale_host_checkpoint(slots.iter().flatten().count());
         std::thread::sleep(std::time::Duration::from_secs(600));
     }
-    drop(live);
 }
 
 fn main() {
