@@ -1472,7 +1472,7 @@ impl JitObject {
         Ok(())
     }
 
-    /// Would `objects` merged into one (see [`Self::merged`]) be refused by `validate` for
+    /// Would `objects` merged into one (see `Self::merged`, in tests) be refused by `validate` for
     /// holding too much? The check of `validate` on the merged object, without merging.
     #[cfg(feature = "runtime")]
     pub(crate) fn check_stored_together(objects: &[&JitObject]) -> Result<()> {

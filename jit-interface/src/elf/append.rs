@@ -149,7 +149,7 @@ fn store16(buf: &mut [u8], at: usize, bytes: [u8; 16]) {
     dst.copy_from_slice(&bytes);
 }
 
-/// The state of a payload before an object was appended: what [`Growing::rolled_back`]
+/// The state of a payload before an object was appended: what [`Growing::roll_back`]
 /// returns to.
 #[derive(Debug, Clone, Copy)]
 struct Mark {

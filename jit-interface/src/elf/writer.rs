@@ -430,7 +430,7 @@ const ONE_MAX_SECTIONS: usize = 11;
 /// What a one-function object's header, section headers and section names are when the
 /// sections present are known: runtimes register one function at a time, so these are
 /// made once (when compiling) for each set of sections, and each object patches in its
-/// addresses, offsets and sizes. The general [`write`] writes the same bytes.
+/// addresses, offsets and sizes. The general [`write()`] writes the same bytes.
 struct OneTemplate {
     /// The file header but for the section headers' offset.
     file_header: [u8; FILE_HEADER],
@@ -565,7 +565,7 @@ static ONE_TEMPLATES: [OneTemplate; 1 << ONE_OPTIONAL.len()] = {
     all
 };
 
-/// Writes a one-function object: what [`write`] writes for it (with `.gdb_index`), from a
+/// Writes a one-function object: what [`write()`] writes for it (with `.gdb_index`), from a
 /// template. `data` are the optional sections (`ONE_OPTIONAL`), `info` among them.
 pub(super) fn write_one(layout: &Layout<'_>, data: [&[u8]; 5], mut buf: Vec<u8>) -> Vec<u8> {
     debug_assert_eq!(layout.functions.len(), 1);
