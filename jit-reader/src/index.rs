@@ -14,7 +14,7 @@
 //! no newer registration covers their addresses.
 //!
 //! Storage is compact because the index lives as long as GDB does and a process may hold
-//! hundreds of thousands of functions: a payload becomes one [`Table`] (a record of 24
+//! hundreds of thousands of functions: a payload becomes one `Table` (a record of 24
 //! bytes per function, the names in one string, unwind rows shared by consecutive
 //! functions that have the same ones), and the map holds one range per run of adjacent
 //! functions (across the consecutive objects of a bundle as long as they follow each other
