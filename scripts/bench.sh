@@ -317,6 +317,11 @@ if os.environ.get("BENCH_ONLY") == "bt":
 start1 = len(lines)
 N1 = 20000 if QUICK else 100000
 REPS1 = 11
+# The cost of a page fault (memory written for the first time) on this machine, in this
+# run: best of REPS1 runs of 20,000 fresh pages.
+TOUCH_NS = min(
+    float(re.search(r"\(([\d.]+) ns/page", run([HOST, "touch", "20000"])[2]).group(1))
+    for _ in range(REPS1))
 w("## 1. Registration without a debugger\n")
 w(f"{N1} functions, K functions per registered object. Ours: build model + encode + register, "
   "per function. Floor: `jb build` (payload) + `jb reg` (list insert + hook) per function. "
@@ -333,8 +338,9 @@ w("Ours split: building the model and encoding it into memory that is kept (`sca
   "difference: it can be negative). "
   "Floor split: building the payload, registering it. "
   "Both hosts allocate and touch their handle / entry arrays before timing. Memory written "
-  "for the first time costs a page fault per 4 KiB (about 2 us each on the VM these figures "
-  "were first taken on), so every byte kept per function shows in the time.\n")
+  f"for the first time costs a page fault per 4 KiB ({TOUCH_NS / 1000:.2f} us each on this "
+  "machine in this run: `scale_host touch 20000`, best of "
+  f"{REPS1}), so every byte kept per function shows in the time.\n")
 w("| payload | K | ours ns/fn | floor ns/fn | ratio | ours: build+encode / merges / rest | floor: build / register | ours bytes/fn | floor bytes/fn |")
 w("|---|---|---|---|---|---|---|---|---|")
 for f in ("compact", "elf"):
@@ -378,13 +384,13 @@ for f in ("compact", "elf"):
 w("")
 # Page faults are a large part of the figures above on this kind of VM: the same registrations
 # on memory the process used before (a first round registered and dropped).
-w("Fresh memory costs a page fault per 4 KiB touched, about 2 us each on the VM these "
-  "figures were first taken on. The same registrations "
+w(f"Fresh memory costs a page fault per 4 KiB touched, {TOUCH_NS / 1000:.2f} us each in this "
+  "run (last column: page faults times that, per function). The same registrations "
   "(lines 10-17) in a process that registered and dropped the same number of functions "
   "first (`SCALE_HOST_WARM=1`; the allocator hands the memory out again, as in a runtime "
   "that replaces code):\n")
-w("| payload | K | ours ns/fn, fresh memory | page faults / 1000 fn | ours ns/fn, memory reused | page faults / 1000 fn |")
-w("|---|---|---|---|---|---|")
+w("| payload | K | ours ns/fn, fresh memory | page faults / 1000 fn | ours ns/fn, memory reused | page faults / 1000 fn | page faults on fresh memory, ns/fn |")
+w("|---|---|---|---|---|---|---|")
 def faults(text):
     return float(re.search(r"TOTAL reg .*?([\d.]+) page faults per 1000", text).group(1))
 for f in ("compact", "elf"):
@@ -398,7 +404,7 @@ for f in ("compact", "elf"):
             last = t[t.rindex("TOTAL reg"):]
             warm.append((ours_ns(last), faults(last)))
         c, h = min(cold), min(warm)
-        w(f"| {f} | {k} | {c[0]:.0f} | {c[1]:.1f} | {h[0]:.0f} | {h[1]:.1f} |")
+        w(f"| {f} | {k} | {c[0]:.0f} | {c[1]:.1f} | {h[0]:.0f} | {h[1]:.1f} | {c[1] * TOUCH_NS / 1000:.0f} |")
 w("")
 if os.environ.get("BENCH_ONLY") == "reg":
     print("\n".join(lines[start1:]))

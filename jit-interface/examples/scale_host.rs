@@ -10,6 +10,8 @@
 //!                                       M of them spread over the whole set; print timing
 //! scale_host tier N EVERY compact|elf   register N functions one by one, unregistering
 //!                                       a recent one after every EVERY-th; print timing
+//! scale_host touch PAGES               write a byte to each of PAGES fresh pages; print
+//!                                       the time per page (a page fault each)
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
 //!                                       print every slot's address and the function
 //!                                       registered there (or -), stop in
@@ -74,7 +76,7 @@ fn thread_cpu_s() -> f64 {
 }
 
 /// Page faults of the calling thread so far: memory touched for the first time, which costs
-/// about 2 us per 4 KiB page on the VMs these benchmarks run on.
+/// about 2 us per 4 KiB page on the VMs these benchmarks run on (`scale_host touch` measures it).
 fn thread_faults() -> u64 {
     // SAFETY: an all-zero rusage is a valid value for getrusage to overwrite.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -324,6 +326,39 @@ fn tier(n: u64, every: u64, format: Format) {
     std::process::exit(0);
 }
 
+/// The cost of memory written for the first time: maps `pages` fresh pages and writes a byte
+/// to each, timed (a page fault each). What every byte a registration keeps costs here.
+fn touch(pages: u64) {
+    const PAGE: usize = 4096;
+    let len = pages as usize * PAGE;
+    // SAFETY: a private anonymous mapping of `len` bytes, no address hint; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert!(p != libc::MAP_FAILED, "mmap of {len} bytes failed");
+    let (f0, c0, t0) = (thread_faults(), thread_cpu_s(), Instant::now());
+    for i in 0..pages as usize {
+        // SAFETY: inside the mapping made above, which is readable and writable.
+        unsafe { std::ptr::write_volatile(p.cast::<u8>().add(i * PAGE), 1) };
+    }
+    let (dt, cpu) = (t0.elapsed().as_secs_f64(), thread_cpu_s() - c0);
+    let faults = thread_faults() - f0;
+    eprintln!(
+        "TOTAL touch {dt:.6} s ({:.1} ns/page, cpu {:.1} ns/page, {faults} page faults for {pages} pages)",
+        dt * 1e9 / pages as f64,
+        cpu * 1e9 / pages as f64
+    );
+    // SAFETY: the mapping made above, not used after.
+    unsafe { libc::munmap(p, len) };
+}
+
 fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
     const SLOTS: u64 = 64;
     let base = code_area(threads * SLOTS);
@@ -448,6 +483,7 @@ fn main() {
             std::process::exit(0);
         }
         Some("encode") => encode_all(num(2), num(3), format_arg(&args[4])),
+        Some("touch") => touch(num(2)),
         Some("attach") => {
             let regs = register_all(num(2), num(3), format_arg(&args[4]));
             println!("PID {}", std::process::id());
@@ -465,7 +501,7 @@ fn main() {
         _ => {
             eprintln!(
                 "usage: scale_host reg|encode|attach N K compact|elf | unreg N M compact|elf \
-                 | tier N EVERY compact|elf | churn T OPS compact|elf [wait]"
+                 | tier N EVERY compact|elf | churn T OPS compact|elf [wait] | touch PAGES"
             );
             std::process::exit(2);
         }

@@ -837,6 +837,21 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     })
 }
 
+/// Says once per process that a batch could not be rewritten without an object that left
+/// it (a bug of ours: what the registry kept of its own objects did not decode or encode
+/// again), so the debugger may still list that object: nothing is dropped silently.
+#[cold]
+fn stale_batch(why: &str) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "jit-interface: internal error: a batch entry could not be rewritten after an \
+             unregistration ({why}); debuggers may still list functions unregistered from it \
+             (reported once; please report it)"
+        );
+    }
+}
+
 /// Is `object` one that a growing payload can read back (see `elf::GrowingIndex`): one
 /// function with line rows and no blocks? (The payload has the last word.)
 fn maybe_plain(object: &JitObject) -> bool {
@@ -1613,7 +1628,9 @@ impl State {
             self.seal(batch_id);
         }
         if format == Format::Elf && !self.decode_models(batch_id) {
-            // A record of our own that does not decode: leave the batch (stale) as it is.
+            // A record of our own that does not decode (or an object that does not read
+            // back from its payload): leave the batch (stale) as it is.
+            stale_batch("an object of the batch could not be decoded from what was kept of it");
             return;
         }
         let mut cell = EntryCell::new();
@@ -1623,8 +1640,12 @@ impl State {
             Some(built) => (Format::Elf, Ok(built)),
             None => (format, self.build(format, &[batch_id])),
         };
-        let Ok((mut buf, slots)) = built else {
-            return;
+        let (mut buf, slots) = match built {
+            Ok(built) => built,
+            Err(e) => {
+                stale_batch(&e.to_string());
+                return;
+            }
         };
         if open {
             // Keep the open batch appendable.
