@@ -1204,7 +1204,7 @@ impl State {
             b.open = false;
             if let Some(growing) = b.growing.take() {
                 let (index, mirror) = growing.seal();
-                b.index = Some(Box::new(index));
+                b.index = index.has_plain().then(|| Box::new(index));
                 if mirror.is_some() {
                     self.spare_growing = mirror;
                 }

@@ -193,8 +193,13 @@ impl Index {
         self.plain.get(k).is_some_and(|p| p.file != NOT_PLAIN)
     }
 
-    /// Plain object `k` (in append order) of `buf`, read back from its symbol name, FDE and
-    /// line sequence: appending it again writes the very same bytes. `None` if `k` is not
+    /// Whether any object is plain (else the index is of no use).
+    pub(crate) fn has_plain(&self) -> bool {
+        self.plain.iter().any(|p| p.file != NOT_PLAIN)
+    }
+
+    /// Plain object `k` (in append order) of `buf`, read back from its name, FDE and line
+    /// sequence: appending it again writes the very same bytes. `None` if `k` is not
     /// plain, or its bytes are not what appending it wrote (a bug: the caller keeps the
     /// payload as it is rather than re-encode something else).
     pub(crate) fn object(&self, buf: &[u8], k: usize) -> Option<JitObject> {
