@@ -148,8 +148,9 @@ w("- Without a debugger (the library sees no `int3` on `__jit_debug_register_cod
   "in place too, to a growing ELF payload of 256 KiB (about 1,000 one-function objects, one "
   "compile unit per 64 functions of a source file): each is encoded once, into its place; "
   "the payload is rebuilt when an object leaves (ELF has no live check), from the payload "
-  "itself for one-function objects with lines (read back: 16 bytes kept per object), from "
-  "their compact record (kept, about 40 bytes) for others. ELF objects with call sites or variables get entries merged as under a "
+  "itself for objects whose functions have line rows in one source file (read back: 16 "
+  "bytes kept per object), from their compact record (kept, about 40 bytes per function) "
+  "for others. ELF objects with call sites or variables get entries merged as under a "
   "debugger (below).")
 w("- With GDB attached, every `register()` call links an entry of its own and notifies it "
   "(one stop): the functions are read before the call returns. Every 32 single-object "

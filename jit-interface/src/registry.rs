@@ -13,9 +13,10 @@
 //!   list, as GDB always does on attach; the byte is read again after every in-place change,
 //!   so a debugger that attached meanwhile is told about it before the call returns.
 //!   Small ELF objects are appended in place the same way, to a growing ELF payload
-//!   (`elf::Growing`: each object is encoded once, into its place; a one-function object
-//!   with lines is read back from the payload for rewrites, others keep their compact
-//!   record); an ELF payload has no live check, so unregistering rewrites the batch.
+//!   (`elf::Growing`: each object is encoded once, into its place; an object whose
+//!   functions have lines in one file is read back from the payload for rewrites, others
+//!   keep their compact record); an ELF payload has no live check, so unregistering
+//!   rewrites the batch.
 //!   Objects with call sites or variables (which a compact record cannot carry) are
 //!   registered as under a debugger.
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
@@ -852,14 +853,21 @@ fn stale_batch(why: &str) {
     }
 }
 
-/// Is `object` one that a growing payload can read back (see `elf::GrowingIndex`): one
-/// function with line rows and no blocks? (The payload has the last word.)
+/// Is `object` one that a growing payload can read back (see `elf::GrowingIndex`): all
+/// its functions with line rows in one source file, no blocks? (The payload has the last
+/// word.)
+#[inline]
 fn maybe_plain(object: &JitObject) -> bool {
-    object.functions().len() == 1
-        && object
-            .functions()
+    let plain = |f: &crate::model::Function<'_>| !f.lines().is_empty() && f.blocks().is_empty();
+    let functions = object.functions();
+    match functions.first() {
+        // The usual object: one function.
+        Some(first) if functions.len() == 1 => plain(&first),
+        Some(first) => functions
             .iter()
-            .all(|f| !f.lines().is_empty() && f.blocks().is_empty())
+            .all(|f| plain(&f) && f.file() == first.file()),
+        None => false,
+    }
 }
 
 /// The slot of member `id`, object `k` of a growing ELF batch: a plain object (`plain`) is

@@ -341,12 +341,12 @@ fn read_listed(want: &[Expected]) -> Vec<Expected> {
         .collect()
 }
 
-/// Growing payloads keep no compact record for a one-function object with lines: it is read
-/// back from the payload when the objects after it are appended again (a recent one
-/// leaves) or the payload is rewritten (an old one leaves). A tiering runtime registering
+/// Growing payloads keep no compact record for an object whose functions have lines in one
+/// file: it is read back from the payload when the objects after it are appended again (a
+/// recent one leaves) or the payload is rewritten (an old one leaves). A tiering runtime registering
 /// objects of every shape (frame-pointer functions with epilogues, explicit unwind rows,
-/// default frames, spread lines; objects without lines and two-function objects, which
-/// keep records) and unregistering as above: every live function keeps exactly its line
+/// default frames, spread lines, two-function objects; objects without lines and objects
+/// with functions in two files, which keep records) and unregistering as above: every live function keeps exactly its line
 /// rows and its unwind rules at every row, as gimli reads them from the listed entries.
 #[test]
 fn read_back_objects_keep_their_lines_and_frames() {
@@ -366,7 +366,7 @@ fn read_back_objects_keep_their_lines_and_frames() {
             })
             .scan(None, |prev: &mut Option<u32>, r| {
                 // Strictly increasing offsets.
-                let ok = prev.is_none_or(|p| r.offset > p);
+                let ok = prev.map_or(true, |p| r.offset > p);
                 if ok {
                     *prev = Some(r.offset);
                 }
@@ -399,12 +399,19 @@ fn read_back_objects_keep_their_lines_and_frames() {
             }
             _ => {}
         }
-        if i % 11 == 5 {
+        if i % 11 == 5 || i % 13 == 7 {
+            // A second function: in another file (the object keeps its record), or in the
+            // same one (read back as a whole).
             let g = obj
                 .add_function(&format!("read_back_{i:04}_second"), start + 0x180, 32)
                 .unwrap();
-            obj.set_lines(g, "second.js", &[LineRow { offset: 0, line: 7 }])
+            let file = match i % 11 == 5 {
+                true => "second.js".to_string(),
+                false => format!("file{}.js", i % 3),
+            };
+            obj.set_lines(g, &file, &[LineRow { offset: 0, line: 7 }])
                 .unwrap();
+            obj.set_frame_pointer(g, 1, 2).unwrap();
         }
         obj
     };

@@ -24,6 +24,11 @@
 //! Unused room costs little memory: a new payload is zeroed when allocated (the kernel's
 //! zero pages, for an allocation this large) and only the regions' used parts are written;
 //! a payload no longer linked can be reused as it is (see [`Growing::new`]).
+//!
+//! An object whose functions all have line rows in one source file (and no blocks) can be
+//! read back from the payload ([`Index::object`]: its symbols, FDEs and line sequences,
+//! found through 16 bytes kept per object), so that the registry keeps nothing else to
+//! append it again after a rollback or to re-encode the payload.
 
 use std::sync::atomic::{compiler_fence, Ordering};
 
@@ -35,7 +40,7 @@ use super::layout::{Layout, MAX_PADDING};
 use super::scratch::Scratch;
 use super::writer::{self, Header, FILE_HEADER, SECTION_HEADER, SYMBOL};
 use crate::error::{Error, Result};
-use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, UnwindRow};
+use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, LineRow, UnwindRow};
 
 /// Size of a growing payload: about 1,000 one-function objects of the benchmark shape
 /// (8 line rows, frame-pointer frame, 20-character name).
@@ -130,6 +135,12 @@ enum UnitPlan {
     Open { entry: [u8; 16] },
 }
 
+/// Where the line sequences of the line program `line` start: after its header (DWARF 4,
+/// 32-bit: the header's length is at offset 6).
+fn after_header(line: &[u8]) -> usize {
+    10 + u32::from_le_bytes(line[6..10].try_into().expect("4")) as usize
+}
+
 /// Stores `bytes` at `at` with one instruction: a debugger stops the process (attach, or
 /// a crash for a core file) between instructions, so it sees all of them or none.
 fn store16(buf: &mut [u8], at: usize, bytes: [u8; 16]) {
@@ -161,20 +172,23 @@ struct Mark {
     extended: u32,
 }
 
-/// Where a *plain* object's bytes are in the payload: a one-function object with line rows,
-/// in an open unit. Such an object can be read back from the payload ([`Index::object`]),
-/// so the registry keeps nothing else to append it again or re-encode it.
+/// Where a *plain* object's bytes are in the payload: an object whose functions all have
+/// line rows in one source file, and no blocks. Such an object can be read back from the
+/// payload ([`Index::object`]), so the registry keeps nothing else to append it again or
+/// re-encode it.
 #[derive(Debug, Clone, Copy)]
 struct Plain {
-    /// Its name (NUL-terminated), its FDE, its line sequence: offsets in the payload.
-    name: u32,
+    /// Its first symbol, its first FDE, its first line sequence: offsets in the payload.
+    sym: u32,
     fde: u32,
     seq: u32,
     /// Index in `Index::files`; `NOT_PLAIN` for other objects.
-    file: u32,
+    file: u16,
+    /// Its functions.
+    count: u16,
 }
 
-const NOT_PLAIN: u32 = u32::MAX;
+const NOT_PLAIN: u16 = u16::MAX;
 
 /// What reading objects back from a payload needs, kept when it stops growing (see
 /// [`Growing::seal`]): 16 bytes per object, where its compact record (kept until plain
@@ -193,54 +207,164 @@ impl Index {
         self.plain.get(k).is_some_and(|p| p.file != NOT_PLAIN)
     }
 
+    /// For an object with a unit of its own (`layout`; its line program `line`, at
+    /// `line_at`), plain if it has one file and no blocks: its file's index in `files` (added
+    /// if new) and where its line sequences start.
+    #[cold]
+    #[inline(never)]
+    fn own_unit(
+        &mut self,
+        layout: &Layout<'_>,
+        line: &[u8],
+        line_at: usize,
+    ) -> Option<(u32, usize)> {
+        let ([unit], false) = (&layout.units[..], layout.has_extras) else {
+            return None;
+        };
+        // Read back with offsets from a line sequence's start: 32-bit.
+        let (first, last) = (layout.functions.first()?.f, layout.functions.last()?.f);
+        if last.end() - first.start() > u64::from(u32::MAX) {
+            return None;
+        }
+        let file = unit.file?;
+        let index = match self.files.iter().position(|f| f == file) {
+            Some(i) => i,
+            None => {
+                self.files.push(file.to_string());
+                self.files.len() - 1
+            }
+        };
+        Some((index as u32, line_at + after_header(line)))
+    }
+
     /// Whether any object is plain (else the index is of no use).
     pub(crate) fn has_plain(&self) -> bool {
         self.plain.iter().any(|p| p.file != NOT_PLAIN)
     }
 
-    /// Plain object `k` (in append order) of `buf`, read back from its name, FDE and line
-    /// sequence: appending it again writes the very same bytes. `None` if `k` is not
+    /// Plain object `k` (in append order) of `buf`, read back from its symbols, FDEs and
+    /// line sequences: appending it again writes the very same bytes. `None` if `k` is not
     /// plain, or its bytes are not what appending it wrote (a bug: the caller keeps the
     /// payload as it is rather than re-encode something else).
     pub(crate) fn object(&self, buf: &[u8], k: usize) -> Option<JitObject> {
-        let p = self.plain.get(k)?;
-        let file = self.files.get(p.file as usize)?;
-        let name = buf.get(p.name as usize..)?;
-        let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
-        let fde_at = p.fde as usize;
-        let fde_len = u32::from_le_bytes(buf.get(fde_at..fde_at + 4)?.try_into().ok()?);
-        let fde = buf.get(fde_at..fde_at.checked_add(4 + fde_len as usize)?)?;
-        let (start, size, unwind) = cfi::read_fde(fde)?;
-        let (seq_start, seq_end, lines) = dwarf::read_line_sequence(buf.get(p.seq as usize..)?)?;
-        if seq_start != start || seq_end != start.checked_add(size.into())? {
-            return None;
+        thread_local! {
+            /// Reused: objects are read back many at a time (a batch rewritten, the objects
+            /// after one that left appended again).
+            static BUFFERS: std::cell::RefCell<ReadBuffers> = std::cell::RefCell::default();
         }
+        BUFFERS.with(|b| match b.try_borrow_mut() {
+            Ok(mut b) => self.object_with(buf, k, &mut b),
+            Err(_) => self.object_with(buf, k, &mut ReadBuffers::default()),
+        })
+    }
+
+    fn object_with(&self, buf: &[u8], k: usize, b: &mut ReadBuffers) -> Option<JitObject> {
+        let p = self.plain.get(k)?;
+        let file = self.files.get(usize::from(p.file))?;
+        let header = |index: usize| {
+            let at = FILE_HEADER + index * SECTION_HEADER;
+            buf.get(at..at + SECTION_HEADER)
+        };
+        let u64_at =
+            |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
+        let names = u64_at(header(STRTAB)?, 24)? as usize;
+        // Function `i`: its name, start and size, from its symbol (a section-relative value).
+        let function = |i: usize| -> Option<(&str, u64, u32)> {
+            let at = p.sym as usize + i * SYMBOL;
+            let sym = buf.get(at..at + SYMBOL)?;
+            let name_at = u32::from_le_bytes(sym[..4].try_into().ok()?) as usize;
+            let section = u16::from_le_bytes(sym[6..8].try_into().ok()?);
+            let base = u64_at(header(usize::from(section))?, 16)?;
+            let start = base.checked_add(u64_at(sym, 8)?)?;
+            let size = u32::try_from(u64_at(sym, 16)?).ok()?;
+            let name = buf.get(names.checked_add(name_at)?..)?;
+            let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
+            Some((name, start, size))
+        };
         let mut object = JitObject::with_arch(Arch::X86_64);
-        let f = object.add_function(name, start, size.into()).ok()?;
-        object.set_lines(f, file, &lines).ok()?;
-        match frame_of(&unwind, size) {
-            Frame::Default => {}
-            Frame::FramePointer {
-                push_end,
-                setup_end,
-                epilogues,
-            } => {
-                object.set_frame_pointer(f, push_end, setup_end).ok()?;
-                for e in epilogues {
-                    object.add_epilogue(f, e.restore_end, e.ret_end).ok()?;
+        // The line sequence and the FDE that the functions (in address order, as both) have
+        // reached: the sequence's rows, with offsets from its start, and the FDE's rules.
+        let (mut seq_at, mut seq_start, mut seq_end) = (p.seq as usize, 0, 0);
+        let (mut fde_at, mut fde) = (p.fde as usize, None::<cfi::ReadFde>);
+        let ReadBuffers {
+            lines,
+            rebased,
+            rules,
+            unwind,
+            again,
+        } = b;
+        for i in 0..usize::from(p.count) {
+            let (name, start, size) = function(i)?;
+            let end = start.checked_add(size.into())?;
+            let f = object.add_function(name, start, size.into()).ok()?;
+            if seq_end <= start {
+                // A new sequence starts at a function's start (each function has rows).
+                lines.clear();
+                let (s, e, len) = dwarf::read_line_sequence(buf.get(seq_at..)?, lines)?;
+                if s != start {
+                    return None;
                 }
+                (seq_start, seq_end, seq_at) = (s, e, seq_at + len);
             }
-            Frame::Rows(rows) => object.set_unwind(f, &rows).ok()?,
+            let (from, to) = (start - seq_start, end.checked_sub(seq_start)?);
+            let a = lines.partition_point(|r: &LineRow| u64::from(r.offset) < from);
+            let b = lines.partition_point(|r: &LineRow| u64::from(r.offset) < to);
+            let rows = match from {
+                0 => &lines[a..b],
+                _ => {
+                    rebased.clear();
+                    rebased.extend(lines[a..b].iter().map(|r| LineRow {
+                        offset: r.offset - from as u32,
+                        line: r.line,
+                    }));
+                    &rebased[..]
+                }
+            };
+            object.set_lines(f, file, rows).ok()?;
+            while !matches!(&fde, Some(d) if d.end >= end) {
+                let d = cfi::read_fde(buf.get(fde_at..)?, rules)?;
+                fde_at += d.len;
+                fde = Some(d);
+            }
+            cfi::rows_of(fde.as_ref()?, rules, start, size, unwind)?;
+            match frame_of(unwind, size, again) {
+                Frame::Default => {}
+                Frame::FramePointer {
+                    push_end,
+                    setup_end,
+                    epilogues,
+                } => {
+                    object.set_frame_pointer(f, push_end, setup_end).ok()?;
+                    for e in epilogues {
+                        object.add_epilogue(f, e.restore_end, e.ret_end).ok()?;
+                    }
+                }
+                Frame::Rows(rows) => object.set_unwind(f, &rows).ok()?,
+            }
         }
         Some(object)
     }
+}
+
+/// Buffers for reading an object back.
+#[derive(Default)]
+struct ReadBuffers {
+    /// The rows of the line sequence being read (offsets from its start), and those of one
+    /// function of it when it has several.
+    lines: Vec<LineRow>,
+    rebased: Vec<LineRow>,
+    /// The rules of the FDE being read, one function's rows, and those a description of its
+    /// frame gives.
+    rules: Vec<UnwindRow>,
+    unwind: Vec<UnwindRow>,
+    again: Vec<UnwindRow>,
 }
 
 /// The description of a frame whose rows are `rows` (those an FDE sets: see
 /// `cfi::read_fde`): a default or frame-pointer frame if one gives exactly these rows (no
 /// row of theirs repeats the one before, so none was left out), which cost less to keep
 /// and to encode again than rows; the rows otherwise. Either writes the same FDE.
-fn frame_of(rows: &[UnwindRow], size: u32) -> Frame {
+fn frame_of(rows: &[UnwindRow], size: u32, again: &mut Vec<UnwindRow>) -> Frame {
     let fp = |r: &UnwindRow| (r.cfa_base, r.cfa_offset, r.fp_offset) == (CfaBase::Fp, 16, -16);
     let entry = |r: &UnwindRow| (r.cfa_base, r.cfa_offset, r.fp_offset) == (CfaBase::Sp, 8, 0);
     let candidate = match rows {
@@ -278,9 +402,8 @@ fn frame_of(rows: &[UnwindRow], size: u32) -> Frame {
         }
         _ => return Frame::Rows(rows.to_vec()),
     };
-    let mut again = Vec::new();
-    candidate.rows_into(Arch::X86_64, size.into(), &mut again);
-    if again == rows {
+    candidate.rows_into(Arch::X86_64, size.into(), again);
+    if again[..] == *rows {
         candidate
     } else {
         Frame::Rows(rows.to_vec())
@@ -834,26 +957,26 @@ impl Growing {
         let plain = match (&plan, open) {
             _ if !rows => None,
             (UnitPlan::Extend { .. }, Some(u)) => Some((u.file, line_at)),
-            // Its line program (header, then the sequence) opens the unit's.
-            (UnitPlan::Open { .. }, Some(u)) => {
-                let header = u32::from_le_bytes(line[6..10].try_into().expect("4")) as usize;
-                Some((u.file, line_at + 10 + header))
-            }
+            (UnitPlan::Open { .. }, Some(u)) => Some((u.file, line_at + after_header(line))),
+            (UnitPlan::Own, _) => self.index.own_unit(layout, line, line_at),
             _ => None,
         };
-        // Offsets in the payload: below `PAYLOAD`.
+        // Offsets in the payload: below `PAYLOAD`; small objects: fewer than 2^16 functions.
+        let count = layout.functions.len() as u16;
         self.index.plain.push(match plain {
-            Some((file, seq)) => Plain {
-                name: (self.start[STRINGS_R] + self.used[STRINGS_R]) as u32,
+            Some((file, seq)) if file < u32::from(NOT_PLAIN) => Plain {
+                sym: (self.start[SYMBOLS_R] + self.used[SYMBOLS_R]) as u32,
                 fde: (self.start[FRAME_R] + self.used[FRAME_R]) as u32,
                 seq: seq as u32,
-                file,
+                file: file as u16,
+                count,
             },
-            None => Plain {
-                name: 0,
+            _ => Plain {
+                sym: 0,
                 fde: 0,
                 seq: 0,
                 file: NOT_PLAIN,
+                count,
             },
         });
 
@@ -1146,11 +1269,15 @@ mod tests {
     /// the same object. Cut payloads read back as nothing, without a panic.
     #[test]
     fn plain_objects_read_back_append_the_same_bytes() {
-        let (mut plain, mut described) = (0, 0);
+        let (mut plain, mut described, mut of_several) = (0, 0, 0);
         for seed in 0..300u64 {
-            let objects: Vec<JitObject> = (random_objects(seed).into_iter())
-                .chain((0..30).map(|i| small(i, 0x6000_0000 + seed * 0x10_0000 + i * 80)))
-                .collect();
+            let objects: Vec<JitObject> =
+                (random_objects(seed).into_iter())
+                    .chain((0..30).map(|i| small(i, 0x6000_0000 + seed * 0x10_0000 + i * 80)))
+                    .chain((0..12).map(|i| {
+                        several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)
+                    }))
+                    .collect();
             let (mut buf, mut growing) = Growing::new(None).unwrap();
             let mut appended = Vec::new();
             for o in &objects {
@@ -1163,32 +1290,39 @@ mod tests {
             let mut models = Vec::new();
             for (k, &o) in appended.iter().enumerate() {
                 let f = o.functions().first().unwrap();
-                let one = o.functions().len() == 1;
-                let lines = one
-                    && !f.lines().is_empty()
-                    && f.blocks().is_empty()
-                    && f.variables().is_empty();
+                let lines = o.functions().iter().all(|g| {
+                    !g.lines().is_empty()
+                        && g.blocks().is_empty()
+                        && g.variables().is_empty()
+                        && g.calls().is_empty()
+                        && g.file() == f.file()
+                });
                 assert!(
-                    index.is_plain(k) || !lines || f.size() >= 0xffff,
+                    index.is_plain(k) || !lines,
                     "seed {seed}: object {k} is not plain"
                 );
                 let model = if index.is_plain(k) {
                     plain += 1;
                     let back = index.object(&buf, k).expect("read back");
-                    let g = back.functions().first().unwrap();
                     let what = format!("seed {seed}, object {k}");
-                    assert_eq!(back.functions().len(), 1, "{what}");
-                    assert_eq!(
-                        (g.name(), g.start(), g.size(), g.file()),
-                        (f.name(), f.start(), f.size(), f.file()),
-                        "{what}"
-                    );
-                    assert_eq!(g.lines(), f.lines(), "{what}");
-                    // Frame-pointer and default frames come back as such (rows as the
-                    // rows that change something, or as what gives exactly those).
-                    if !matches!(f.frame(), Frame::Rows(_)) {
-                        assert_eq!(g.frame(), f.frame(), "{what}");
-                        described += 1;
+                    assert_eq!(back.functions().len(), o.functions().len(), "{what}");
+                    // (Read back in address order.)
+                    let mut theirs: Vec<_> = o.functions().iter().collect();
+                    theirs.sort_by_key(|f| f.start());
+                    for (g, f) in back.functions().iter().zip(theirs) {
+                        assert_eq!(
+                            (g.name(), g.start(), g.size(), g.file()),
+                            (f.name(), f.start(), f.size(), f.file()),
+                            "{what}"
+                        );
+                        assert_eq!(g.lines(), f.lines(), "{what}");
+                        // Frame-pointer and default frames come back as such (rows as the
+                        // rows that change something, or as what gives exactly those).
+                        if !matches!(f.frame(), Frame::Rows(_)) {
+                            assert_eq!(g.frame(), f.frame(), "{what}");
+                            described += 1;
+                        }
+                        of_several += usize::from(o.functions().len() > 1);
                     }
                     for cut in [0, 64, buf.len() / 3, buf.len() / 2] {
                         let _ = index.object(&buf[..cut], k);
@@ -1219,6 +1353,72 @@ mod tests {
         }
         assert!(plain > 9000, "{plain} plain objects");
         assert!(described > 9000, "{described} frame descriptions read back");
+        assert!(
+            of_several > 1000,
+            "{of_several} functions of objects of several read back"
+        );
+    }
+
+    /// An object of 2 to 13 functions from `address` on, in one file, all with line rows,
+    /// of every frame kind, in an order that is not theirs by address: neighbours (some
+    /// sharing FDEs and line sequences), others apart.
+    fn several(seed: u64, address: u64) -> JitObject {
+        use crate::model::{CfaBase, UnwindRow};
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut next = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let count = 2 + next(12);
+        let mut o = JitObject::new();
+        let mut at = address;
+        let mut placed = Vec::new();
+        for i in 0..count {
+            let size = 16 + next(200) as u32;
+            placed.push((i, at, size));
+            // Adjacent, padded, or far apart.
+            at += u64::from(size) + [0, 0, 3, 16, 200][next(5) as usize];
+        }
+        // Registered in another order than by address.
+        placed.sort_by_key(|&(i, _, _)| (i * 7) % count);
+        for (i, start, size) in placed {
+            let f = o
+                .add_function(&format!("several_{seed}_{i}"), start, size.into())
+                .unwrap();
+            let mut rows = Vec::new();
+            let mut offset = next(3) as u32;
+            let mut line = 1 + next(400) as u32;
+            while offset < size {
+                rows.push(LineRow { offset, line });
+                offset += 1 + next(9) as u32;
+                line = (line as i64 + next(30) as i64 - 10).max(1) as u32;
+            }
+            o.set_lines(f, "dir/several.js", &rows).unwrap();
+            match next(4) {
+                0 => {}
+                1 => o.set_frame_pointer(f, 1, 4).unwrap(),
+                2 => {
+                    o.set_frame_pointer(f, 1, 4).unwrap();
+                    o.add_epilogue(f, size - 6, size - 5).unwrap();
+                    if next(2) == 0 {
+                        o.add_epilogue(f, size - 2, size).unwrap();
+                    }
+                }
+                _ => {
+                    let row = |offset, cfa_offset, fp_offset| UnwindRow {
+                        offset,
+                        cfa_base: CfaBase::Sp,
+                        cfa_offset,
+                        fp_offset,
+                    };
+                    o.set_unwind(f, &[row(0, 8, 0), row(1, 16, -16), row(size - 1, 8, 0)])
+                        .unwrap();
+                }
+            }
+        }
+        o
     }
 
     /// A function of the benchmark shape at `address`, named after `i`.

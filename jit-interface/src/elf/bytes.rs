@@ -168,6 +168,11 @@ impl<'a> Get<'a> {
         self.pos >= self.bytes.len()
     }
 
+    /// Bytes left to read.
+    pub fn rest(&self) -> usize {
+        self.bytes.len().saturating_sub(self.pos)
+    }
+
     pub fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
         let b = self.bytes.get(self.pos..self.pos.checked_add(N)?)?;
         self.pos += N;

@@ -265,20 +265,37 @@ fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
     finish_entry(out, at)
 }
 
-/// Reads back an FDE that [`one_function`] wrote (`bytes` is the FDE, nothing else): the
-/// function's start, size and unwind rows. The rows are those the instructions set, from
-/// the entry state at offset 0: rows that changed nothing were never written, and writing
-/// these again writes the same FDE. `None` if anything else is there.
-pub(super) fn read_fde(bytes: &[u8]) -> Option<(u64, u32, Vec<UnwindRow>)> {
+/// An FDE read back (see [`read_fde`]).
+pub(super) struct ReadFde {
+    /// The range it covers.
+    pub start: u64,
+    pub end: u64,
+    /// Its length in bytes.
+    pub len: usize,
+}
+
+/// Reads back an FDE that [`one_function`] or [`debug_frame_general`] wrote, at the start of
+/// `bytes`, and puts its rules into `rules`: the rules at every address where its
+/// instructions change them, in address order, starting with those at its start (the entry
+/// state if nothing changes them there); a rule's `offset` is its address less the FDE's
+/// start. Rules that changed nothing were never written; [`rows_of`] cuts the rules of one
+/// function out, and writing those again writes the same instructions. `None` if anything
+/// else is there.
+pub(super) fn read_fde(bytes: &[u8], rules: &mut Vec<UnwindRow>) -> Option<ReadFde> {
     let mut g = Get::new(bytes);
     let len = g.u32()? as usize;
-    if len.checked_add(4)? != bytes.len() || g.u32()? != 0 {
+    let mut g = Get::new(bytes.get(4..4 + len)?);
+    if g.u32()? != 0 {
         return None;
     }
     let start = g.u64()?;
-    let size = u32::try_from(g.u64()?).ok()?;
-    let mut rows = vec![UnwindRow::X86_64_ENTRY];
-    // Location of the instructions being read (a row at 0 starts with an advance of 0).
+    let end = start.checked_add(g.u64()?)?;
+    let range = u32::try_from(end - start).ok()?;
+    rules.clear();
+    rules.push(UnwindRow::X86_64_ENTRY);
+    // `DW_CFA_remember_state` keeps the rules for `DW_CFA_restore_state`.
+    let mut kept = Vec::new();
+    // Offset of the instructions being read (a rule at 0 follows an advance of 0).
     let mut loc = 0u64;
     let base = |reg: u64| match u8::try_from(reg).ok()? {
         RSP => Some(CfaBase::Sp),
@@ -296,6 +313,9 @@ pub(super) fn read_fde(bytes: &[u8]) -> Option<(u64, u32, Vec<UnwindRow>)> {
         };
         if let Some(delta) = delta {
             loc = loc.checked_add(delta)?;
+            if loc >= u64::from(range) {
+                return None;
+            }
             continue;
         }
         if op == dw::DW_CFA_nop.0 {
@@ -307,32 +327,82 @@ pub(super) fn read_fde(bytes: &[u8]) -> Option<(u64, u32, Vec<UnwindRow>)> {
             }
             break;
         }
-        let last = *rows.last()?;
+        if op == dw::DW_CFA_remember_state.0 {
+            kept.push(*rules.last()?);
+            continue;
+        }
+        let last = *rules.last()?;
         if u64::from(last.offset) != loc {
-            rows.push(UnwindRow {
-                offset: u32::try_from(loc).ok()?,
+            rules.push(UnwindRow {
+                // Below `range`: checked at the advance.
+                offset: loc as u32,
                 ..last
             });
         }
-        let row = rows.last_mut()?;
+        let rule = rules.last_mut()?;
         match op {
             _ if op == dw::DW_CFA_def_cfa.0 => {
-                row.cfa_base = base(g.uleb()?)?;
-                row.cfa_offset = i32::try_from(g.uleb()?).ok()?;
+                rule.cfa_base = base(g.uleb()?)?;
+                rule.cfa_offset = i32::try_from(g.uleb()?).ok()?;
             }
-            _ if op == dw::DW_CFA_def_cfa_register.0 => row.cfa_base = base(g.uleb()?)?,
+            _ if op == dw::DW_CFA_def_cfa_register.0 => rule.cfa_base = base(g.uleb()?)?,
             _ if op == dw::DW_CFA_def_cfa_offset.0 => {
-                row.cfa_offset = i32::try_from(g.uleb()?).ok()?;
+                rule.cfa_offset = i32::try_from(g.uleb()?).ok()?;
             }
-            _ if op == dw::DW_CFA_restore.0 | RBP => row.fp_offset = 0,
+            _ if op == dw::DW_CFA_restore.0 | RBP => rule.fp_offset = 0,
             _ if op == dw::DW_CFA_offset.0 | RBP => {
-                row.fp_offset = i32::try_from(g.uleb()?).ok()?.checked_mul(DATA_ALIGN)?;
+                rule.fp_offset = i32::try_from(g.uleb()?).ok()?.checked_mul(DATA_ALIGN)?;
+            }
+            _ if op == dw::DW_CFA_restore_state.0 => {
+                let offset = rule.offset;
+                *rule = UnwindRow {
+                    offset,
+                    ..kept.pop()?
+                };
             }
             _ => return None,
         }
     }
-    check_unwind_rows(&rows, size).ok()?;
-    Some((start, size, rows))
+    Some(ReadFde {
+        start,
+        end,
+        len: 4 + len,
+    })
+}
+
+/// The unwind rows of the function at `start`, `size` bytes long, into `rows`, from the
+/// `rules` of the FDE read back that covers it (`fde`): its rules at its start, then every
+/// change inside it. `None` if the FDE does not cover it, or they make no valid rows.
+pub(super) fn rows_of(
+    fde: &ReadFde,
+    rules: &[UnwindRow],
+    start: u64,
+    size: u32,
+    rows: &mut Vec<UnwindRow>,
+) -> Option<()> {
+    let end = start.checked_add(size.into())?;
+    if start < fde.start || end > fde.end {
+        return None;
+    }
+    let (from, to) = (start - fde.start, end - fde.start);
+    let k = rules.partition_point(|r| u64::from(r.offset) <= from);
+    rows.clear();
+    rows.push(UnwindRow {
+        offset: 0,
+        ..*rules.get(k.checked_sub(1)?)?
+    });
+    for r in rules[k..].iter().take_while(|r| u64::from(r.offset) < to) {
+        let last = rows.last()?;
+        if (r.cfa_base, r.cfa_offset, r.fp_offset)
+            != (last.cfa_base, last.cfa_offset, last.fp_offset)
+        {
+            rows.push(UnwindRow {
+                offset: (u64::from(r.offset) - from) as u32,
+                ..*r
+            });
+        }
+    }
+    check_unwind_rows(rows, size).ok()
 }
 
 /// [`debug_frame`] for any number of functions.

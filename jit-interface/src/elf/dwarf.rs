@@ -950,19 +950,21 @@ pub(super) fn line_sequence(out: &mut Vec<u8>, f: Function<'_>) {
     lines.end_sequence(f.end());
 }
 
-/// Reads back a sequence that [`line_sequence`] wrote, from the start of `bytes` to its
-/// `DW_LNE_end_sequence`: the function's start and end, and its rows (offsets from the
-/// start). Each row was written as one special opcode, after the opcodes that move the
-/// state machine further than one can. `None` for any other opcode or a row before the
-/// start.
-pub(super) fn read_line_sequence(bytes: &[u8]) -> Option<(u64, u64, Vec<LineRow>)> {
+/// Reads back a sequence that [`line_sequence`] or [`line_program`] wrote, from the start of
+/// `bytes` to its `DW_LNE_end_sequence`: appends its rows to `rows` (offsets from its start)
+/// and returns its start, its end and its length in bytes. Each row was written as one
+/// special opcode, after the opcodes that move the state machine further than one can.
+/// `None` for any other opcode, or a sequence of 4 GiB or more.
+pub(super) fn read_line_sequence(
+    bytes: &[u8],
+    rows: &mut Vec<LineRow>,
+) -> Option<(u64, u64, usize)> {
     let mut g = Get::new(bytes);
     if (g.u8()?, g.uleb()?, g.u8()?) != (0, 9, dw::DW_LNE_set_address.0) {
         return None;
     }
     let start = g.u64()?;
     let (mut address, mut line) = (start, 1i64);
-    let mut rows = Vec::new();
     loop {
         let op = g.u8()?;
         if op >= OPCODE_BASE {
@@ -980,8 +982,10 @@ pub(super) fn read_line_sequence(bytes: &[u8]) -> Option<(u64, u64, Vec<LineRow>
             dw::DW_LNS_advance_line => line = line.checked_add(g.sleb()?)?,
             dw::DW_LNS_const_add_pc => address = address.checked_add(CONST_ADD_PC)?,
             _ if op == 0 => {
-                return ((g.uleb()?, g.u8()?) == (1, dw::DW_LNE_end_sequence.0))
-                    .then_some((start, address, rows));
+                if (g.uleb()?, g.u8()?) != (1, dw::DW_LNE_end_sequence.0) {
+                    return None;
+                }
+                return Some((start, address, bytes.len() - g.rest()));
             }
             _ => return None,
         }
