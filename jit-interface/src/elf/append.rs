@@ -137,8 +137,9 @@ enum UnitPlan {
 
 /// Where the line sequences of the line program `line` start: after its header (DWARF 4,
 /// 32-bit: the header's length is at offset 6).
-fn after_header(line: &[u8]) -> usize {
-    10 + u32::from_le_bytes(line[6..10].try_into().expect("4")) as usize
+fn after_header(line: &[u8]) -> Option<usize> {
+    let length = u32::from_le_bytes(line.get(6..10)?.try_into().ok()?);
+    Some(10 + length as usize)
 }
 
 /// Stores `bytes` at `at` with one instruction: a debugger stops the process (attach, or
@@ -234,7 +235,7 @@ impl Index {
                 self.files.len() - 1
             }
         };
-        Some((index as u32, line_at + after_header(line)))
+        Some((index as u32, line_at + after_header(line)?))
     }
 
     /// Whether any object is plain (else the index is of no use).
@@ -957,7 +958,7 @@ impl Growing {
         let plain = match (&plan, open) {
             _ if !rows => None,
             (UnitPlan::Extend { .. }, Some(u)) => Some((u.file, line_at)),
-            (UnitPlan::Open { .. }, Some(u)) => Some((u.file, line_at + after_header(line))),
+            (UnitPlan::Open { .. }, Some(u)) => after_header(line).map(|h| (u.file, line_at + h)),
             (UnitPlan::Own, _) => self.index.own_unit(layout, line, line_at),
             _ => None,
         };
