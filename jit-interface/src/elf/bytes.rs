@@ -151,81 +151,9 @@ pub(super) fn patch_length(out: &mut Vec<u8>, at: usize, what: &str) -> Result<(
     Ok(())
 }
 
-/// Reads back what [`Put`] writes, never past the end: `None` for anything short or
-/// malformed. The registry rereads objects of its own growing payloads with it (see
-/// `append::Index`), so a mistake there is a bug, and it must not become a panic.
-pub(super) struct Get<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Get<'a> {
-    pub fn new(bytes: &'a [u8]) -> Self {
-        Get { bytes, pos: 0 }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pos >= self.bytes.len()
-    }
-
-    /// Bytes left to read.
-    pub fn rest(&self) -> usize {
-        self.bytes.len().saturating_sub(self.pos)
-    }
-
-    pub fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let b = self.bytes.get(self.pos..self.pos.checked_add(N)?)?;
-        self.pos += N;
-        b.try_into().ok()
-    }
-
-    pub fn u8(&mut self) -> Option<u8> {
-        self.take::<1>().map(|[b]| b)
-    }
-
-    pub fn u16(&mut self) -> Option<u16> {
-        self.take().map(u16::from_le_bytes)
-    }
-
-    pub fn u32(&mut self) -> Option<u32> {
-        self.take().map(u32::from_le_bytes)
-    }
-
-    pub fn u64(&mut self) -> Option<u64> {
-        self.take().map(u64::from_le_bytes)
-    }
-
-    pub fn uleb(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= u64::from(b & 0x7f).checked_shl(shift)?;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    pub fn sleb(&mut self) -> Option<i64> {
-        let mut v = 0i64;
-        for shift in (0..64).step_by(7) {
-            let b = self.u8()?;
-            v |= i64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                if shift + 7 < 64 && b & 0x40 != 0 {
-                    v |= -1i64 << (shift + 7);
-                }
-                return Some(v);
-            }
-        }
-        None
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Get, Put};
+    use super::Put;
 
     #[test]
     fn leb128_matches_gimli() {
@@ -256,46 +184,5 @@ mod tests {
             assert_eq!(gimli::leb128::read::signed(&mut r).unwrap(), v, "{v}");
             assert!(r.is_empty());
         }
-    }
-
-    #[test]
-    fn get_reads_what_put_writes_and_nothing_past_the_end() {
-        let uns = [0u64, 1, 63, 64, 127, 128, 300, 1 << 40, u64::MAX];
-        let sig = [
-            0i64,
-            1,
-            -1,
-            63,
-            64,
-            -64,
-            -65,
-            -128,
-            1 << 40,
-            i64::MIN,
-            i64::MAX,
-        ];
-        let mut out = Vec::new();
-        for (&u, &s) in uns.iter().zip(&sig) {
-            out.uleb(u);
-            out.sleb(s);
-            out.u32(u as u32);
-            out.u64(u);
-        }
-        let mut g = Get::new(&out);
-        for (&u, &s) in uns.iter().zip(&sig) {
-            assert_eq!(g.uleb(), Some(u));
-            assert_eq!(g.sleb(), Some(s));
-            assert_eq!(g.u32(), Some(u as u32));
-            assert_eq!(g.u64(), Some(u));
-        }
-        assert!(g.is_empty());
-        assert_eq!(g.u8(), None);
-        // Cut anywhere: every read stops at the end, none panics.
-        for cut in 0..out.len() {
-            let mut g = Get::new(&out[..cut]);
-            while g.uleb().is_some() {}
-        }
-        // Eleven continuation bytes are not a 64-bit number.
-        assert_eq!(Get::new(&[0xff; 11]).uleb(), None);
     }
 }

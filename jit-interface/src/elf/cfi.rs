@@ -12,9 +12,10 @@
 
 use gimli::constants as dw;
 
-use super::bytes::{extend_small, patch_length, Get, Put, Small};
+use super::bytes::{extend_small, patch_length, Put, Small};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
+use crate::format::wire::Reader;
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
 
 /// x86-64 DWARF register numbers.
@@ -282,14 +283,14 @@ pub(super) struct ReadFde {
 /// function out, and writing those again writes the same instructions. `None` if anything
 /// else is there.
 pub(super) fn read_fde(bytes: &[u8], rules: &mut Vec<UnwindRow>) -> Option<ReadFde> {
-    let mut g = Get::new(bytes);
-    let len = g.u32()? as usize;
-    let mut g = Get::new(bytes.get(4..4 + len)?);
-    if g.u32()? != 0 {
+    let mut g = Reader::new(bytes);
+    let len = g.u32_le("an FDE").ok()? as usize;
+    let mut g = Reader::new(bytes.get(4..4 + len)?);
+    if g.u32_le("an FDE").ok()? != 0 {
         return None;
     }
-    let start = g.u64()?;
-    let end = start.checked_add(g.u64()?)?;
+    let start = g.u64_le("an FDE").ok()?;
+    let end = start.checked_add(g.u64_le("an FDE").ok()?)?;
     let range = u32::try_from(end - start).ok()?;
     rules.clear();
     rules.push(UnwindRow::X86_64_ENTRY);
@@ -302,13 +303,13 @@ pub(super) fn read_fde(bytes: &[u8], rules: &mut Vec<UnwindRow>) -> Option<ReadF
         RBP => Some(CfaBase::Fp),
         _ => None,
     };
-    while !g.is_empty() {
-        let op = g.u8()?;
+    while !g.is_at_end() {
+        let op = g.u8("an FDE").ok()?;
         let delta = match op & 0xc0 {
             0x40 => Some(u64::from(op & 0x3f)),
-            _ if op == dw::DW_CFA_advance_loc1.0 => Some(g.u8()?.into()),
-            _ if op == dw::DW_CFA_advance_loc2.0 => Some(g.u16()?.into()),
-            _ if op == dw::DW_CFA_advance_loc4.0 => Some(g.u32()?.into()),
+            _ if op == dw::DW_CFA_advance_loc1.0 => Some(g.u8("an FDE").ok()?.into()),
+            _ if op == dw::DW_CFA_advance_loc2.0 => Some(g.u16_le("an FDE").ok()?.into()),
+            _ if op == dw::DW_CFA_advance_loc4.0 => Some(g.u32_le("an FDE").ok()?.into()),
             _ => None,
         };
         if let Some(delta) = delta {
@@ -320,8 +321,8 @@ pub(super) fn read_fde(bytes: &[u8], rules: &mut Vec<UnwindRow>) -> Option<ReadF
         }
         if op == dw::DW_CFA_nop.0 {
             // Padding: only more of it may follow.
-            while !g.is_empty() {
-                if g.u8()? != dw::DW_CFA_nop.0 {
+            while !g.is_at_end() {
+                if g.u8("an FDE").ok()? != dw::DW_CFA_nop.0 {
                     return None;
                 }
             }
@@ -342,16 +343,20 @@ pub(super) fn read_fde(bytes: &[u8], rules: &mut Vec<UnwindRow>) -> Option<ReadF
         let rule = rules.last_mut()?;
         match op {
             _ if op == dw::DW_CFA_def_cfa.0 => {
-                rule.cfa_base = base(g.uleb()?)?;
-                rule.cfa_offset = i32::try_from(g.uleb()?).ok()?;
+                rule.cfa_base = base(g.uleb("an FDE").ok()?)?;
+                rule.cfa_offset = i32::try_from(g.uleb("an FDE").ok()?).ok()?;
             }
-            _ if op == dw::DW_CFA_def_cfa_register.0 => rule.cfa_base = base(g.uleb()?)?,
+            _ if op == dw::DW_CFA_def_cfa_register.0 => {
+                rule.cfa_base = base(g.uleb("an FDE").ok()?)?
+            }
             _ if op == dw::DW_CFA_def_cfa_offset.0 => {
-                rule.cfa_offset = i32::try_from(g.uleb()?).ok()?;
+                rule.cfa_offset = i32::try_from(g.uleb("an FDE").ok()?).ok()?;
             }
             _ if op == dw::DW_CFA_restore.0 | RBP => rule.fp_offset = 0,
             _ if op == dw::DW_CFA_offset.0 | RBP => {
-                rule.fp_offset = i32::try_from(g.uleb()?).ok()?.checked_mul(DATA_ALIGN)?;
+                rule.fp_offset = i32::try_from(g.uleb("an FDE").ok()?)
+                    .ok()?
+                    .checked_mul(DATA_ALIGN)?;
             }
             _ if op == dw::DW_CFA_restore_state.0 => {
                 let offset = rule.offset;

@@ -29,9 +29,10 @@ use gimli::constants::{DwAt, DwForm, DwTag};
 
 use std::collections::HashMap;
 
-use super::bytes::{extend_small, offset32, patch_length, Get, Put, Small};
+use super::bytes::{extend_small, offset32, patch_length, Put, Small};
 use super::layout::{adjacent_ranges, Layout, Unit, MAX_PADDING, NO_FILE_UNIT};
 use crate::error::Result;
+use crate::format::wire::Reader;
 use crate::model::{
     Arch, BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind,
 };
@@ -959,14 +960,19 @@ pub(super) fn read_line_sequence(
     bytes: &[u8],
     rows: &mut Vec<LineRow>,
 ) -> Option<(u64, u64, usize)> {
-    let mut g = Get::new(bytes);
-    if (g.u8()?, g.uleb()?, g.u8()?) != (0, 9, dw::DW_LNE_set_address.0) {
+    let mut g = Reader::new(bytes);
+    if (
+        g.u8("a line sequence").ok()?,
+        g.uleb("a line sequence").ok()?,
+        g.u8("a line sequence").ok()?,
+    ) != (0, 9, dw::DW_LNE_set_address.0)
+    {
         return None;
     }
-    let start = g.u64()?;
+    let start = g.u64_le("a line sequence").ok()?;
     let (mut address, mut line) = (start, 1i64);
     loop {
-        let op = g.u8()?;
+        let op = g.u8("a line sequence").ok()?;
         if op >= OPCODE_BASE {
             let n = u64::from(op - OPCODE_BASE);
             address = address.checked_add(n / LINE_RANGE)?;
@@ -978,14 +984,20 @@ pub(super) fn read_line_sequence(
             continue;
         }
         match dw::DwLns(op) {
-            dw::DW_LNS_advance_pc => address = address.checked_add(g.uleb()?)?,
-            dw::DW_LNS_advance_line => line = line.checked_add(g.sleb()?)?,
+            dw::DW_LNS_advance_pc => {
+                address = address.checked_add(g.uleb("a line sequence").ok()?)?
+            }
+            dw::DW_LNS_advance_line => line = line.checked_add(g.sleb("a line sequence").ok()?)?,
             dw::DW_LNS_const_add_pc => address = address.checked_add(CONST_ADD_PC)?,
             _ if op == 0 => {
-                if (g.uleb()?, g.u8()?) != (1, dw::DW_LNE_end_sequence.0) {
+                if (
+                    g.uleb("a line sequence").ok()?,
+                    g.u8("a line sequence").ok()?,
+                ) != (1, dw::DW_LNE_end_sequence.0)
+                {
                     return None;
                 }
-                return Some((start, address, bytes.len() - g.rest()));
+                return Some((start, address, bytes.len() - g.remaining()));
             }
             _ => return None,
         }

@@ -14,7 +14,7 @@ mod encode;
 pub use decode::Sink;
 mod frame;
 mod lines;
-mod wire;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod tests;
