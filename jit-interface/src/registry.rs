@@ -1766,6 +1766,8 @@ impl State {
             }
             places.push(growing.index().is_plain(k));
         }
+        // Read back, but not plain when appended again (not expected): they keep the model.
+        let mut keep = Vec::new();
         for ((s, plain), (k, model)) in batch.members[pos..]
             .iter_mut()
             .zip(places)
@@ -1777,12 +1779,11 @@ impl State {
             if plain {
                 s.at = k as u32;
             } else {
-                // Read back, but not plain when appended again (not expected): its model.
-                let id = s.id;
-                self.models
-                    .resize_with(self.models.len().max(id as usize + 1), || None);
-                self.models[id as usize] = Some(model);
+                keep.push((s.id, model));
             }
+        }
+        for (id, model) in keep {
+            self.set_model(id, Some(model));
         }
         let mut cell = EntryCell::new();
         *cell.entry.get_mut() = JitCodeEntry::new(&buf);
