@@ -31,6 +31,9 @@
 
 use std::time::Instant;
 
+#[path = "support/code_buf.rs"]
+mod code_buf;
+
 use jit_interface::{Format, JitObject, LineRow, Registration};
 
 const FN_SIZE: u64 = 64;
@@ -330,23 +333,10 @@ fn tier(n: u64, every: u64, format: Format) {
 /// to each, timed (a page fault each). What every byte a registration keeps costs here.
 fn touch(pages: u64) {
     const PAGE: usize = 4096;
-    let len = pages as usize * PAGE;
-    // SAFETY: a private anonymous mapping of `len` bytes, no address hint; checked below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    assert!(p != libc::MAP_FAILED, "mmap of {len} bytes failed");
+    let mut memory = code_buf::CodeBuf::new(pages as usize * PAGE);
     let (f0, c0, t0) = (thread_faults(), thread_cpu_s(), Instant::now());
     for i in 0..pages as usize {
-        // SAFETY: inside the mapping made above, which is readable and writable.
-        unsafe { std::ptr::write_volatile(p.cast::<u8>().add(i * PAGE), 1) };
+        memory.write(i * PAGE, &[1]);
     }
     let (dt, cpu) = (t0.elapsed().as_secs_f64(), thread_cpu_s() - c0);
     let faults = thread_faults() - f0;
@@ -355,8 +345,6 @@ fn touch(pages: u64) {
         dt * 1e9 / pages as f64,
         cpu * 1e9 / pages as f64
     );
-    // SAFETY: the mapping made above, not used after.
-    unsafe { libc::munmap(p, len) };
 }
 
 fn churn(threads: u64, ops: u64, format: Format, wait: bool) {

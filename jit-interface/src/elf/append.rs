@@ -1364,14 +1364,10 @@ mod tests {
     /// of every frame kind, in an order that is not theirs by address: neighbours (some
     /// sharing FDEs and line sequences), others apart.
     fn several(seed: u64, address: u64) -> JitObject {
+        use crate::elf::test_support::Rng;
         use crate::model::{CfaBase, UnwindRow};
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        let mut next = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rng = Rng::new(seed);
+        let mut next = |n: u64| rng.below(n);
         let count = 2 + next(12);
         let mut o = JitObject::new();
         let mut at = address;
