@@ -27,15 +27,7 @@ struct Census {
 
 /// Return addresses (`DW_AT_low_pc`) of every `DW_TAG_GNU_call_site` in an ELF payload.
 fn call_site_returns(file: &object::File) -> Vec<u64> {
-    use object::ObjectSection;
-    let load = |id: gimli::SectionId| -> Result<gimli::EndianSlice<'_, gimli::LittleEndian>, ()> {
-        let data = file
-            .section_by_name(id.name())
-            .and_then(|s| s.data().ok())
-            .unwrap_or(&[]);
-        Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
-    };
-    let dwarf = gimli::Dwarf::load(load).unwrap();
+    let dwarf = registry_support::dwarf_of(file);
     let mut out = Vec::new();
     let mut units = dwarf.units();
     while let Some(header) = units.next().unwrap() {

@@ -256,15 +256,7 @@ fn read_listed(want: &[Expected]) -> Vec<Expected> {
             let name = s.name().unwrap().to_string();
             symbols.insert(name, section.address() + s.address());
         }
-        let section =
-            |id: gimli::SectionId| -> gimli::Result<gimli::EndianSlice<'_, gimli::LittleEndian>> {
-                let data = file
-                    .section_by_name(id.name())
-                    .and_then(|s| s.data().ok())
-                    .unwrap_or(&[]);
-                Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
-            };
-        let dwarf = gimli::Dwarf::load(section).unwrap();
+        let dwarf = registry_support::dwarf_of(&file);
         let mut units = dwarf.units();
         while let Some(header) = units.next().unwrap() {
             let unit = dwarf.unit(header).unwrap();
@@ -277,7 +269,13 @@ fn read_listed(want: &[Expected]) -> Vec<Expected> {
                 }
             }
         }
-        frames.push(section(gimli::SectionId::DebugFrame).unwrap());
+        let frame = file
+            .section_by_name(".debug_frame")
+            .and_then(|s| s.data().ok());
+        frames.push(gimli::EndianSlice::new(
+            frame.unwrap_or(&[]),
+            gimli::LittleEndian,
+        ));
     }
     lines.sort();
     // Every FDE, by start address.

@@ -263,21 +263,26 @@ impl Info<'_> {
                 continue;
             }
             let (tag, children, attributes) = a.declaration();
-            out.uleb(a as u64);
-            out.uleb(tag.0.into());
-            out.u8(if children {
-                dw::DW_CHILDREN_yes.0
-            } else {
-                dw::DW_CHILDREN_no.0
-            });
-            for (at, form) in attributes {
-                out.uleb(at.0.into());
-                out.uleb(form.0.into());
-            }
-            out.u16(0);
+            declare(out, a as u8, tag, children, attributes);
         }
         out.u8(0);
     }
+}
+
+/// Appends the declaration of abbreviation `code`.
+fn declare(out: &mut Vec<u8>, code: u8, tag: DwTag, children: bool, attributes: &[(DwAt, DwForm)]) {
+    out.uleb(code.into());
+    out.uleb(tag.0.into());
+    out.u8(if children {
+        dw::DW_CHILDREN_yes.0
+    } else {
+        dw::DW_CHILDREN_no.0
+    });
+    for (at, form) in attributes {
+        out.uleb(at.0.into());
+        out.uleb(form.0.into());
+    }
+    out.u16(0);
 }
 
 /// Writes an abbreviation table declaring every abbreviation [`build`] may use, at their
@@ -305,31 +310,29 @@ pub(super) fn growing_abbreviations(out: &mut Vec<u8>) {
     all_abbreviations(out);
     // Before the table's terminating 0.
     out.pop();
-    out.uleb(OPEN_UNIT_CODE.into());
-    out.uleb(dw::DW_TAG_compile_unit.0.into());
-    out.u8(dw::DW_CHILDREN_yes.0);
-    for (at, form) in [
-        (dw::DW_AT_name, dw::DW_FORM_string),
-        (dw::DW_AT_language, dw::DW_FORM_data1),
-        (dw::DW_AT_stmt_list, dw::DW_FORM_sec_offset),
-    ] {
-        out.uleb(at.0.into());
-        out.uleb(form.0.into());
-    }
-    out.u16(0);
-    out.uleb(OPEN_SUBPROGRAM_CODE.into());
-    out.uleb(dw::DW_TAG_subprogram.0.into());
-    out.u8(dw::DW_CHILDREN_no.0);
-    for (at, form) in [
-        (dw::DW_AT_name, dw::DW_FORM_strp),
-        (dw::DW_AT_external, dw::DW_FORM_flag_present),
-        (dw::DW_AT_low_pc, dw::DW_FORM_addr),
-        (dw::DW_AT_high_pc, dw::DW_FORM_data2),
-    ] {
-        out.uleb(at.0.into());
-        out.uleb(form.0.into());
-    }
-    out.u16(0);
+    declare(
+        out,
+        OPEN_UNIT_CODE,
+        dw::DW_TAG_compile_unit,
+        true,
+        &[
+            (dw::DW_AT_name, dw::DW_FORM_string),
+            (dw::DW_AT_language, dw::DW_FORM_data1),
+            (dw::DW_AT_stmt_list, dw::DW_FORM_sec_offset),
+        ],
+    );
+    declare(
+        out,
+        OPEN_SUBPROGRAM_CODE,
+        dw::DW_TAG_subprogram,
+        false,
+        &[
+            (dw::DW_AT_name, dw::DW_FORM_strp),
+            (dw::DW_AT_external, dw::DW_FORM_flag_present),
+            (dw::DW_AT_low_pc, dw::DW_FORM_addr),
+            (dw::DW_AT_high_pc, dw::DW_FORM_data2),
+        ],
+    );
     out.u8(0);
 }
 

@@ -62,3 +62,19 @@ pub fn object(name: &str, start: u64) -> JitObject {
     obj.set_frame_pointer(f, 1, 4).unwrap();
     obj
 }
+
+/// The DWARF sections of an ELF payload, for gimli (a missing section reads as empty).
+#[allow(dead_code)] // not every registry test reads DWARF
+pub fn dwarf_of<'a>(
+    file: &object::File<'a>,
+) -> gimli::Dwarf<gimli::EndianSlice<'a, gimli::LittleEndian>> {
+    use object::{Object, ObjectSection};
+    let load = |id: gimli::SectionId| -> Result<_, ()> {
+        let data = file
+            .section_by_name(id.name())
+            .and_then(|s| s.data().ok())
+            .unwrap_or(&[]);
+        Ok(gimli::EndianSlice::new(data, gimli::LittleEndian))
+    };
+    gimli::Dwarf::load(load).expect("loading sections cannot fail")
+}
