@@ -127,9 +127,10 @@ fn churn_then_attach(format: &str, threads: u32, ops: u32) {
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
     };
     let source = format!("source {}", queries.display());
-    // Then, with GDB still attached, the host unregisters every other live object: the
-    // batches filled without a debugger are rewritten (ELF: objects read back from their
-    // growing payloads), and GDB must follow.
+    // Then, with GDB still attached, the host unregisters every other live object, half of
+    // them one by one and half in one `unregister_many` call: the batches filled without a
+    // debugger are rewritten (ELF: objects read back from their growing payloads), and GDB
+    // must follow.
     let after = dir.join("queries2.gdb");
     let attached = gdb(&[
         "-p".into(),

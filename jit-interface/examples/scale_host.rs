@@ -10,6 +10,10 @@
 //!                                       M of them spread over the whole set; print timing
 //! scale_host tier N EVERY compact|elf   register N functions one by one, unregistering
 //!                                       a recent one after every EVERY-th; print timing
+//! scale_host drain N compact|elf one|many
+//!                                       register N functions one by one, then unregister
+//!                                       all, oldest first, one by one or in one call;
+//!                                       print timing
 //! scale_host touch PAGES               write a byte to each of PAGES fresh pages; print
 //!                                       the time per page (a page fault each)
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
@@ -20,7 +24,8 @@
 //!                                       the same (queries to ./queries.gdb by default),
 //!                                       then print `ready pid=PID` and sleep; once an
 //!                                       attached debugger sets SCALE_HOST_GO, unregister
-//!                                       every other live object, write ./queries2.gdb,
+//!                                       every other live object (half of them one by one,
+//!                                       half with one `unregister_many`), write ./queries2.gdb,
 //!                                       stop in scale_host_checkpoint again and sleep
 //! ```
 //! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
@@ -329,6 +334,32 @@ fn tier(n: u64, every: u64, format: Format) {
     std::process::exit(0);
 }
 
+/// Registers `n` functions one by one, then unregisters them all, oldest first: one by one
+/// (`how` = `one`, dropping each handle) or in one `unregister_many` call (`many`), timing
+/// the unregistrations alone (a runtime dropping its code cache, or shutting down).
+fn drain(n: u64, format: Format, how: &str) {
+    let regs = register_all(n, 1, format);
+    let hooks_before = jit_interface::descriptor::notifications().0;
+    let t0 = Instant::now();
+    match how {
+        "one" => {
+            for r in regs {
+                drop(r);
+            }
+        }
+        "many" => jit_interface::unregister_many(regs),
+        _ => panic!("drain takes one or many, not {how}"),
+    }
+    let dt = t0.elapsed().as_secs_f64();
+    let hooks = jit_interface::descriptor::notifications().0 - hooks_before;
+    eprintln!(
+        "TOTAL drain {dt:.6} s ({:.1} ns/unregistration, {how}, hooks {hooks} calls, {} entries left)",
+        dt * 1e9 / n.max(1) as f64,
+        jit_interface::descriptor::entry_count()
+    );
+    std::process::exit(0);
+}
+
 /// The cost of memory written for the first time: maps `pages` fresh pages and writes a byte
 /// to each, timed (a page fault each). What every byte a registration keeps costs here.
 fn touch(pages: u64) {
@@ -415,9 +446,16 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
-        for slot in slots.iter_mut().filter(|s| s.is_some()).step_by(2) {
-            drop(slot.take());
-        }
+        // Half of them one by one, half in one call (each batch rewritten once).
+        let mut gone: Vec<Registration> = slots
+            .iter_mut()
+            .filter(|s| s.is_some())
+            .step_by(2)
+            .filter_map(|s| s.take().map(|(_, r)| r))
+            .collect();
+        let together = gone.split_off(gone.len() / 2);
+        drop(gone);
+        jit_interface::unregister_many(together);
         write_queries("queries2.gdb".as_ref(), base, &slots);
         scale_host_checkpoint(slots.iter().flatten().count());
         std::thread::sleep(std::time::Duration::from_secs(600));
@@ -480,6 +518,7 @@ fn main() {
         }
         Some("unreg") => unregister_some(num(2), num(3), format_arg(&args[4])),
         Some("tier") => tier(num(2), num(3), format_arg(&args[4])),
+        Some("drain") => drain(num(2), format_arg(&args[3]), &args[4]),
         Some("churn") => churn(
             num(2),
             num(3),

@@ -166,6 +166,17 @@ struct jit_registration *jit_register(struct jit_object *obj, jit_format format)
 void jit_unregister(struct jit_registration *reg);
 
 /**
+ * Unregisters the `n` registrations of `regs` at once (see the Rust `unregister_many`): each
+ * debugger entry holding some of them is rewritten once, not once per registration. NULL
+ * elements are skipped; `regs` may be NULL when `n` is 0. The array itself is not freed.
+ *
+ * # Safety
+ * `regs` points to `n` pointers, each NULL or from `jit_register` and not unregistered
+ * before (nor listed twice).
+ */
+void jit_unregister_many(struct jit_registration *const *regs, size_t n);
+
+/**
  * Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact
  * registrations made while a debugger is attached no longer stop the process each; they
  * are listed at once (attach and core files see them) and announced to the debugger

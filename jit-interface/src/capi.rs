@@ -447,6 +447,33 @@ pub unsafe extern "C" fn jit_unregister(reg: *mut jit_registration) {
     })
 }
 
+/// Unregisters the `n` registrations of `regs` at once (see the Rust `unregister_many`): each
+/// debugger entry holding some of them is rewritten once, not once per registration. NULL
+/// elements are skipped; `regs` may be NULL when `n` is 0. The array itself is not freed.
+///
+/// # Safety
+/// `regs` points to `n` pointers, each NULL or from `jit_register` and not unregistered
+/// before (nor listed twice).
+#[no_mangle]
+pub unsafe extern "C" fn jit_unregister_many(regs: *const *mut jit_registration, n: usize) {
+    guard((), || {
+        if n == 0 {
+            return Ok(());
+        }
+        if regs.is_null() {
+            return Err(Error::NullPointer("regs"));
+        }
+        // SAFETY: per the contract, `regs` points to `n` readable pointers.
+        let regs = unsafe { std::slice::from_raw_parts(regs, n) };
+        crate::registry::unregister_many(regs.iter().filter(|r| !r.is_null()).map(|&r| {
+            // SAFETY: per the contract, each non-NULL element is an owned, live registration,
+            // listed once; we take it over.
+            unsafe { Box::from_raw(r) }._registration
+        }));
+        Ok(())
+    })
+}
+
 /// Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact
 /// registrations made while a debugger is attached no longer stop the process each; they
 /// are listed at once (attach and core files see them) and announced to the debugger

@@ -71,5 +71,6 @@ pub use model::{
 };
 #[cfg(feature = "runtime")]
 pub use registry::{
-    flush, merge_stats, pending, register, set_deferred, Deferral, Format, MergeStats, Registration,
+    flush, merge_stats, pending, register, set_deferred, unregister_many, Deferral, Format,
+    MergeStats, Registration,
 };

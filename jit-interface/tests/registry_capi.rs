@@ -9,6 +9,7 @@ use jit_interface::descriptor::{debugger_attached, entry_count};
 use jit_interface::{
     jit_flush, jit_last_error, jit_object_add_function, jit_object_new,
     jit_object_set_frame_pointer, jit_register, jit_set_deferred, jit_unregister,
+    jit_unregister_many,
 };
 
 fn register_one(name: &str, start: u64) -> *mut jit_interface::jit_registration {
@@ -50,9 +51,26 @@ fn compact_objects_share_an_entry_and_deferred_mode_switches() {
     assert_eq!(jit_set_deferred(0, 0), 0);
     assert_eq!(entry_count(), before + 1);
 
+    // Half one by one, half in one call (NULL elements skipped).
+    let mut rest = regs.split_off(10);
     for r in regs {
         // SAFETY: each came from jit_register and is unregistered once.
         unsafe { jit_unregister(r) };
     }
+    assert_eq!(entry_count(), before + 1);
+    rest.insert(3, std::ptr::null_mut());
+    // SAFETY: nothing to read; then an array of registrations from jit_register (and a
+    // NULL), each listed once and unregistered once.
+    unsafe {
+        jit_unregister_many(std::ptr::null(), 0);
+        jit_unregister_many(rest.as_ptr(), rest.len());
+    }
     assert_eq!(entry_count(), before, "every batch is unlinked once empty");
+
+    // A NULL array of several: refused with a message naming it.
+    // SAFETY: refused before anything is read.
+    unsafe { jit_unregister_many(std::ptr::null(), 3) };
+    // SAFETY: jit_last_error returns a NUL-terminated string.
+    let error = unsafe { std::ffi::CStr::from_ptr(jit_last_error()) };
+    assert!(error.to_string_lossy().contains("regs"), "{error:?}");
 }

@@ -339,6 +339,74 @@ fn read_listed(want: &[Expected]) -> Vec<Expected> {
         .collect()
 }
 
+/// Object `i` of a mix of every shape a runtime registers one by one (frame-pointer
+/// functions with epilogues, explicit unwind rows, default frames, spread lines, objects
+/// without lines, two-function objects in one file or two), named `{prefix}_{i:04}`, at
+/// `base + i * 0x400`.
+fn mixed(prefix: &str, base: u64, i: u64) -> JitObject {
+    use jit_interface::{CfaBase, LineRow, UnwindRow};
+    let mut obj = JitObject::new();
+    let name = format!("{prefix}_{i:04}");
+    let start = base + i * 0x400;
+    let size = 48 + (i * 37) % 300;
+    let f = obj.add_function(&name, start, size).unwrap();
+    let rows: Vec<LineRow> = (0..(1 + i % 12) as u32)
+        .map(|r| LineRow {
+            offset: r * (1 + (i as u32 * 7 + r) % 23) % size as u32,
+            line: 1 + ((i as u32 * 131 + r * 17) % 9000),
+        })
+        .scan(None, |prev: &mut Option<u32>, r| {
+            // Strictly increasing offsets.
+            let ok = prev.map_or(true, |p| r.offset > p);
+            if ok {
+                *prev = Some(r.offset);
+            }
+            Some(ok.then_some(r))
+        })
+        .flatten()
+        .collect();
+    if i % 7 != 3 {
+        obj.set_lines(f, &format!("file{}.js", i % 3), &rows)
+            .unwrap();
+    }
+    match i % 4 {
+        0 => obj.set_frame_pointer(f, 1, 4).unwrap(),
+        1 => {
+            obj.set_frame_pointer(f, 1, 4).unwrap();
+            obj.add_epilogue(f, size as u32 - 8, size as u32 - 7)
+                .unwrap();
+            obj.add_epilogue(f, size as u32 - 2, size as u32 - 1)
+                .unwrap();
+        }
+        2 => {
+            let fp = |offset, cfa_offset| UnwindRow {
+                offset,
+                cfa_base: CfaBase::Sp,
+                cfa_offset,
+                fp_offset: 0,
+            };
+            obj.set_unwind(f, &[fp(0, 8), fp(2, 24), fp(size as u32 - 3, 8)])
+                .unwrap();
+        }
+        _ => {}
+    }
+    if i % 11 == 5 || i % 13 == 7 {
+        // A second function: in another file (the object keeps its record), or in the
+        // same one (read back as a whole).
+        let g = obj
+            .add_function(&format!("{prefix}_{i:04}_second"), start + 0x180, 32)
+            .unwrap();
+        let file = match i % 11 == 5 {
+            true => "second.js".to_string(),
+            false => format!("file{}.js", i % 3),
+        };
+        obj.set_lines(g, &file, &[LineRow { offset: 0, line: 7 }])
+            .unwrap();
+        obj.set_frame_pointer(g, 1, 2).unwrap();
+    }
+    obj
+}
+
 /// Growing payloads keep no compact record for an object whose functions have lines in one
 /// file: it is read back from the payload when the objects after it are appended again (a
 /// recent one leaves) or the payload is rewritten (an old one leaves). A tiering runtime registering
@@ -348,71 +416,9 @@ fn read_listed(want: &[Expected]) -> Vec<Expected> {
 /// rows and its unwind rules at every row, as gimli reads them from the listed entries.
 #[test]
 fn read_back_objects_keep_their_lines_and_frames() {
-    use jit_interface::{CfaBase, LineRow, UnwindRow};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let base = 0x5c00_0000_0000u64;
-    let make = |i: u64| -> JitObject {
-        let mut obj = JitObject::new();
-        let name = format!("read_back_{i:04}");
-        let start = base + i * 0x400;
-        let size = 48 + (i * 37) % 300;
-        let f = obj.add_function(&name, start, size).unwrap();
-        let rows: Vec<LineRow> = (0..(1 + i % 12) as u32)
-            .map(|r| LineRow {
-                offset: r * (1 + (i as u32 * 7 + r) % 23) % size as u32,
-                line: 1 + ((i as u32 * 131 + r * 17) % 9000),
-            })
-            .scan(None, |prev: &mut Option<u32>, r| {
-                // Strictly increasing offsets.
-                let ok = prev.map_or(true, |p| r.offset > p);
-                if ok {
-                    *prev = Some(r.offset);
-                }
-                Some(ok.then_some(r))
-            })
-            .flatten()
-            .collect();
-        if i % 7 != 3 {
-            obj.set_lines(f, &format!("file{}.js", i % 3), &rows)
-                .unwrap();
-        }
-        match i % 4 {
-            0 => obj.set_frame_pointer(f, 1, 4).unwrap(),
-            1 => {
-                obj.set_frame_pointer(f, 1, 4).unwrap();
-                obj.add_epilogue(f, size as u32 - 8, size as u32 - 7)
-                    .unwrap();
-                obj.add_epilogue(f, size as u32 - 2, size as u32 - 1)
-                    .unwrap();
-            }
-            2 => {
-                let fp = |offset, cfa_offset| UnwindRow {
-                    offset,
-                    cfa_base: CfaBase::Sp,
-                    cfa_offset,
-                    fp_offset: 0,
-                };
-                obj.set_unwind(f, &[fp(0, 8), fp(2, 24), fp(size as u32 - 3, 8)])
-                    .unwrap();
-            }
-            _ => {}
-        }
-        if i % 11 == 5 || i % 13 == 7 {
-            // A second function: in another file (the object keeps its record), or in the
-            // same one (read back as a whole).
-            let g = obj
-                .add_function(&format!("read_back_{i:04}_second"), start + 0x180, 32)
-                .unwrap();
-            let file = match i % 11 == 5 {
-                true => "second.js".to_string(),
-                false => format!("file{}.js", i % 3),
-            };
-            obj.set_lines(g, &file, &[LineRow { offset: 0, line: 7 }])
-                .unwrap();
-            obj.set_frame_pointer(g, 1, 2).unwrap();
-        }
-        obj
-    };
+    let make = |i: u64| mixed("read_back", base, i);
     let mut live: Vec<Option<(JitObject, Registration)>> = Vec::new();
     for i in 0..2600u64 {
         let obj = make(i);
@@ -433,4 +439,77 @@ fn read_back_objects_keep_their_lines_and_frames() {
             assert_eq!(read_listed(&want), want, "after {} registrations", i + 1);
         }
     }
+}
+
+/// A code cache flushed at once (`unregister_many`): the oldest half of the objects (whole
+/// entries), every third of the rest and the newest few (the growing payload) leave in one
+/// call. Each entry holding some of them is rewritten once or unlinked (two hook calls at
+/// most per entry, where dropping them one by one makes two per object), and the list then
+/// holds exactly the live functions, with their lines and frames. Registering and
+/// unregistering go on as before afterwards.
+#[test]
+fn many_objects_leave_in_one_call_each_entry_rewritten_once() {
+    use jit_interface::descriptor::{entry_count, notifications};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x5d00_0000_0000u64;
+    let entries_before = entry_count();
+    let mut live: Vec<Option<(JitObject, Registration)>> = (0..5000u64)
+        .map(|i| {
+            let obj = mixed("flushed", base, i);
+            let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+            Some((obj, reg))
+        })
+        .collect();
+    let entries = entry_count() - entries_before;
+    assert!(entries >= 3, "5,000 objects in {entries} entries");
+    let mut gone = Vec::new();
+    for (i, slot) in live.iter_mut().enumerate() {
+        if i < 2500 || i % 3 == 0 || i >= 4990 {
+            gone.push(slot.take().expect("live").1);
+        }
+    }
+    let left = live.iter().flatten().count();
+    let hooks = notifications().0;
+    jit_interface::unregister_many(gone);
+    let hooks = notifications().0 - hooks;
+    assert!(
+        hooks <= 2 * entries as u64,
+        "{hooks} hook calls to take objects out of {entries} entries"
+    );
+    let want: Vec<Expected> = live
+        .iter()
+        .flatten()
+        .flat_map(|(o, _)| expected(o))
+        .collect();
+    assert_eq!(read_listed(&want), want);
+    let (names, _) = listed_elf();
+    let listed = names.iter().filter(|n| n.starts_with("flushed_")).count();
+    assert_eq!(listed, want.len(), "{left} objects live");
+
+    // Nothing to do, and one object: as dropping it.
+    jit_interface::unregister_many(Vec::new());
+    let last = live.iter_mut().rev().find_map(Option::take).expect("live");
+    jit_interface::unregister_many([last.1]);
+    let want: Vec<Expected> = live
+        .iter()
+        .flatten()
+        .flat_map(|(o, _)| expected(o))
+        .collect();
+    let more: Vec<(JitObject, Registration)> = (5000..5100u64)
+        .map(|i| {
+            let obj = mixed("flushed", base, i);
+            let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+            (obj, reg)
+        })
+        .collect();
+    let want: Vec<Expected> = want
+        .into_iter()
+        .chain(more.iter().flat_map(|(o, _)| expected(o)))
+        .collect();
+    assert_eq!(read_listed(&want), want);
+    let (names, _) = listed_elf();
+    let listed = names.iter().filter(|n| n.starts_with("flushed_")).count();
+    assert_eq!(listed, want.len());
+    jit_interface::unregister_many(live.into_iter().flatten().chain(more).map(|(_, r)| r));
+    assert_eq!(entry_count(), entries_before, "entries left after all left");
 }
