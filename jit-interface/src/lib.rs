@@ -34,7 +34,8 @@
 //! Registration is cheap without a debugger (compact records are appended in place to a
 //! batch entry) and stays cheap under GDB (small entries are consolidated into few batch
 //! entries); [`set_deferred`] announces bursts of registrations to an attached debugger in
-//! groups. See [`register`].
+//! groups; [`unregister_many`] takes many objects out at once (a code cache flushed), each
+//! entry rewritten once. See [`register`].
 //!
 //! ## Non-goals
 //! - Variables, parameters and types through compact records: GDB's reader API has none.
