@@ -16,7 +16,10 @@
 //!   (`elf::Growing`: each object is encoded once, into its place; an object whose
 //!   functions have lines in one file is read back from the payload for rewrites, others
 //!   keep their compact record); an ELF payload has no live check, so unregistering
-//!   rewrites the batch.
+//!   rewrites the batch: a recent object is rolled back (`State::regrow`), a batch's first
+//!   or last object splits its end off (`State::peel`: code dropped in order rewrites small
+//!   entries), other objects make the batch be re-encoded whole. [`unregister_many`] takes
+//!   many out with one rewrite per batch.
 //!   Objects with call sites or variables (which a compact record cannot carry) are
 //!   registered as under a debugger.
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
@@ -89,6 +92,9 @@ const FAN_IN: usize = 32;
 /// Entries of this level are never merged again (top level, big objects, failed merges,
 /// in-place batches once filled or seen by a debugger).
 const SEALED: usize = 2;
+
+/// Members of an ELF batch split off with its first or last member (see `State::peel`).
+const PEEL: usize = 64;
 
 /// Capacity of an in-place (no debugger) batch payload. GDB copies a payload whole when it
 /// reads it, and attach reads every entry: 64 KiB holds about 800 one-function objects, so
@@ -1698,6 +1704,85 @@ impl State {
         }
     }
 
+    /// Without a debugger, an ELF batch that lost its first or its last member (at `pos`, in
+    /// append order; already out of `members`) is rewritten as two entries: the `PEEL`
+    /// members at that end, and the rest. False if it is not such a batch or that fails (the
+    /// caller rewrites it whole).
+    ///
+    /// Why: a runtime that drops its code oldest first (a `Vec` of registrations dropped at
+    /// shutdown, a code cache flushed in order) takes the first member out of a full batch
+    /// at every drop, and ELF has no live check: each drop would re-encode the whole batch
+    /// (up to about 1,000 objects). Peeled, the next `PEEL` drops rewrite the small entry
+    /// only, and the rest is re-encoded once per `PEEL` drops. Only the end members are
+    /// peeled, so objects dropped here and there (tiering, churn) leave no more entries than
+    /// before; under a debugger a batch is always rewritten whole (every entry costs it).
+    fn peel(&mut self, batch_id: u64, pos: usize) -> bool {
+        let Some(batch) = self.batches.get(batch_id) else {
+            return false;
+        };
+        let n = batch.members.len();
+        if batch.format != Format::Elf
+            || batch.level < SEALED
+            || n < 2 * PEEL
+            || (pos != 0 && pos != n)
+            || descriptor::debugger_attached()
+        {
+            return false;
+        }
+        let growing = batch.growing.is_some();
+        self.drop_pending(batch_id);
+        if growing {
+            // Re-encoded by the general encoder: it grows no more.
+            self.seal(batch_id);
+        }
+        if !self.decode_models(batch_id) {
+            return false;
+        }
+        let Some(batch) = self.batches.get(batch_id) else {
+            return false;
+        };
+        let at = if pos == 0 { PEEL } else { n - PEEL };
+        let encode = |slots: &[Slot]| {
+            let models = slots
+                .iter()
+                .map(|s| self.model_of(s.id))
+                .collect::<Option<Vec<&JitObject>>>()?;
+            let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
+            crate::elf::encode_objects(arch, &models).ok()
+        };
+        // Allocated before its payload: see `Batch::cell`.
+        let back_cell = EntryCell::new();
+        let (Some(front), Some(back)) =
+            (encode(&batch.members[..at]), encode(&batch.members[at..]))
+        else {
+            return false;
+        };
+        let back_slots = batch.members[at..].to_vec();
+        // The new entry is linked before the old one is replaced: a core file taken in
+        // between lists its objects twice, never not at all.
+        self.link_new(back_cell, Format::Elf, SEALED, back, back_slots);
+        let Some(batch) = self.batches.get_mut(batch_id) else {
+            return false;
+        };
+        let mut cell = EntryCell::new();
+        *cell.entry.get_mut() = JitCodeEntry::new(&front);
+        // SAFETY: the old cell is linked; the new one is boxed and points at `front`, and
+        // both take the old ones' place in the batch right after (the old payload is freed
+        // only then, after the debugger was told).
+        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
+        batch.cell = cell;
+        let old = std::mem::replace(&mut batch.buf, front);
+        batch.members.truncate(at);
+        // Every member has its model now, and keeps it (as after `rewrite`).
+        batch.records = Vec::new();
+        batch.index = None;
+        batch.dead = 0;
+        if old.len() == crate::elf::GROWING_PAYLOAD {
+            self.spare_growing = Some(old);
+        }
+        true
+    }
+
     /// Takes the object at `pos` (in append order; already out of `members`) out of the
     /// growing batch `batch_id`: the payload as it was before that object was appended,
     /// copied, with the objects appended after it appended again (decoded from their
@@ -1884,6 +1969,9 @@ impl State {
             {
                 return;
             }
+            if self.peel(batch_id, pos) {
+                return;
+            }
         }
         let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
@@ -1941,10 +2029,12 @@ impl Registration {
 /// Why: a runtime that drops a large part of its code at once (a code cache flushed, a
 /// module unloaded, shutdown) would otherwise pay for a rewrite at every object. ELF has no
 /// live check, so an ELF object leaving an entry that holds others makes the registry
-/// re-encode that entry without it: dropping 100,000 one-by-one ELF registrations oldest
-/// first re-encodes an entry of up to about 1,000 objects at each drop (3 s in all, on the
-/// machine of `docs/PERFORMANCE.md`); in one call, each entry is rewritten once or, when all
-/// of its objects go, just unlinked (4 ms). Compact objects are cheap to drop either way (a
+/// re-encode that entry without it: dropping 100,000 one-by-one ELF registrations one at a
+/// time re-encodes some 50 objects per drop even in order (oldest or newest first: the
+/// batch's end is split off, 64 objects, see the registry's module docs), 0.4 s in all on
+/// the machine of `docs/PERFORMANCE.md`, and up to a whole batch (about 1,000 objects) per
+/// drop in any other order; in one call, each entry is rewritten once or, when all of its
+/// objects go, just unlinked (4 ms). Compact objects are cheap to drop either way (a
 /// tombstone each).
 ///
 /// When this returns, no debugger entry lists any of them (attach and core files agree).

@@ -513,3 +513,69 @@ fn many_objects_leave_in_one_call_each_entry_rewritten_once() {
     jit_interface::unregister_many(live.into_iter().flatten().chain(more).map(|(_, r)| r));
     assert_eq!(entry_count(), entries_before, "entries left after all left");
 }
+
+/// A runtime dropping its code oldest first, one object at a time (a `Vec` of registrations
+/// dropped at shutdown): each drop takes the first member out of a full ELF batch, which
+/// is then split (its first 64 members apart from the rest) rather than re-encoded whole
+/// each time. The payload bytes announced per drop (each rewrite announces its new entry)
+/// stay a small part of a full batch, the list holds exactly the live functions (with
+/// their lines and frames) at every point looked at, and few entries more than before.
+/// Newest first (`pop`) likewise.
+#[test]
+fn objects_dropped_in_order_leave_small_entries_to_rewrite() {
+    use jit_interface::descriptor::{entry_count, notifications};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x5e00_0000_0000u64;
+    let entries_before = entry_count();
+    let register = |i: u64| {
+        let obj = registry_support::object(&format!("drained_{i:05}"), base + i * 64);
+        let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+        (obj, reg)
+    };
+    let mut live: std::collections::VecDeque<(JitObject, Registration)> =
+        (0..4000u64).map(register).collect();
+    let full = entry_count() - entries_before;
+    let check = |live: &std::collections::VecDeque<(JitObject, Registration)>| {
+        let want: Vec<Expected> = live.iter().flat_map(|(o, _)| expected(o)).collect();
+        assert_eq!(read_listed(&want), want, "{} live", live.len());
+        let (names, _) = listed_elf();
+        let listed = names.iter().filter(|n| n.starts_with("drained_")).count();
+        assert_eq!(listed, live.len());
+        let entries = entry_count() - entries_before;
+        assert!(
+            entries <= full + 2,
+            "{entries} entries for {} objects (at first {full} for 4,000)",
+            live.len()
+        );
+    };
+    for (drops, oldest) in [(1500, true), (1000, false)] {
+        // Payload bytes announced by each drop: what it made the registry write again.
+        let mut announced = Vec::with_capacity(drops);
+        for k in 0..drops {
+            let before = notifications().1;
+            drop(if oldest {
+                live.pop_front()
+            } else {
+                live.pop_back()
+            });
+            announced.push(notifications().1 - before);
+            if k == 0 || k == drops / 2 {
+                check(&live);
+            }
+        }
+        // A rewritten full batch (about 1,000 objects of about 80 bytes) is about 80 KiB,
+        // half full 40 KiB; a peeled entry of 64 objects at most about 5 KiB. (The median:
+        // the growing payload, which the newest objects leave first, is announced whole,
+        // 256 KiB, however little of it was written again.)
+        announced.sort_unstable();
+        let median = announced[drops / 2];
+        assert!(
+            median <= 8 * 1024,
+            "{} first: {median} bytes announced by the median drop",
+            if oldest { "oldest" } else { "newest" }
+        );
+        check(&live);
+    }
+    drop(live);
+    assert_eq!(entry_count(), entries_before);
+}
