@@ -10,9 +10,10 @@
 //!                                       M of them spread over the whole set; print timing
 //! scale_host tier N EVERY compact|elf   register N functions one by one, unregistering
 //!                                       a recent one after every EVERY-th; print timing
-//! scale_host drain N compact|elf one|many
+//! scale_host drain N compact|elf one|newest|many
 //!                                       register N functions one by one, then unregister
-//!                                       all, oldest first, one by one or in one call;
+//!                                       all, one by one (oldest or newest first) or in
+//!                                       one call;
 //!                                       print timing
 //! scale_host touch PAGES               write a byte to each of PAGES fresh pages; print
 //!                                       the time per page (a page fault each)
@@ -334,9 +335,10 @@ fn tier(n: u64, every: u64, format: Format) {
     std::process::exit(0);
 }
 
-/// Registers `n` functions one by one, then unregisters them all, oldest first: one by one
-/// (`how` = `one`, dropping each handle) or in one `unregister_many` call (`many`), timing
-/// the unregistrations alone (a runtime dropping its code cache, or shutting down).
+/// Registers `n` functions one by one, then unregisters them all: one by one, oldest first
+/// (`how` = `one`, dropping each handle) or newest first (`newest`), or in one
+/// `unregister_many` call (`many`), timing the unregistrations alone (a runtime dropping
+/// its code cache, or shutting down).
 fn drain(n: u64, format: Format, how: &str) {
     let regs = register_all(n, 1, format);
     let hooks_before = jit_interface::descriptor::notifications().0;
@@ -347,8 +349,14 @@ fn drain(n: u64, format: Format, how: &str) {
                 drop(r);
             }
         }
+        "newest" => {
+            let mut regs = regs;
+            while let Some(r) = regs.pop() {
+                drop(r);
+            }
+        }
         "many" => jit_interface::unregister_many(regs),
-        _ => panic!("drain takes one or many, not {how}"),
+        _ => panic!("drain takes one, newest or many, not {how}"),
     }
     let dt = t0.elapsed().as_secs_f64();
     let hooks = jit_interface::descriptor::notifications().0 - hooks_before;
