@@ -949,6 +949,23 @@ fn open_index(arch: Arch) -> usize {
     }
 }
 
+/// Where member `id` is in `members`, searched from both ends at once: code dropped in
+/// order (oldest or newest first) is found at once rather than after a whole batch.
+fn position_of(members: &[Slot], id: u32) -> Option<usize> {
+    let (mut front, mut back) = (0, members.len());
+    while front < back {
+        if members[front].id == id {
+            return Some(front);
+        }
+        back -= 1;
+        if members[back].id == id {
+            return Some(back);
+        }
+        front += 1;
+    }
+    None
+}
+
 impl State {
     /// A fresh nonzero key for a live slot: unique per registration within a process, and
     /// unlikely to be found by chance in memory that was freed and reused. (Under the
@@ -1939,7 +1956,7 @@ impl State {
         // The position of a single member taken out (a growing batch may roll back to it),
         // and the bytes of records taken out.
         let (pos, gone) = if let [id] = ids {
-            let Some(pos) = batch.members.iter().position(|s| s.id == *id) else {
+            let Some(pos) = position_of(&batch.members, *id) else {
                 return;
             };
             (Some(pos), batch.members.remove(pos).len as usize)
@@ -2085,6 +2102,21 @@ mod tests {
 
     fn batch() -> Batch {
         Batch::new(EntryCell::new(), Format::Compact, 0, Vec::new(), Vec::new())
+    }
+
+    #[test]
+    fn members_are_found_from_either_end() {
+        let slots: Vec<Slot> = [7u32, 3, 9, 1, 4]
+            .iter()
+            .map(|&id| Slot { id, at: 0, len: 0 })
+            .collect();
+        for (k, s) in slots.iter().enumerate() {
+            assert_eq!(position_of(&slots, s.id), Some(k));
+            assert_eq!(position_of(&slots[..k + 1], s.id), Some(k));
+            assert_eq!(position_of(&slots[k..], s.id), Some(0));
+        }
+        assert_eq!(position_of(&slots, 5), None);
+        assert_eq!(position_of(&[], 5), None);
     }
 
     #[test]
