@@ -1767,8 +1767,8 @@ impl State {
             let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
             crate::elf::encode_objects(arch, &models).ok()
         };
-        // Allocated before its payload: see `Batch::cell`.
-        let back_cell = EntryCell::new();
+        // Allocated before their payloads: see `Batch::cell`.
+        let (mut cell, back_cell) = (EntryCell::new(), EntryCell::new());
         let (Some(front), Some(back)) =
             (encode(&batch.members[..at]), encode(&batch.members[at..]))
         else {
@@ -1781,7 +1781,6 @@ impl State {
         let Some(batch) = self.batches.get_mut(batch_id) else {
             return false;
         };
-        let mut cell = EntryCell::new();
         *cell.entry.get_mut() = JitCodeEntry::new(&front);
         // SAFETY: the old cell is linked; the new one is boxed and points at `front`, and
         // both take the old ones' place in the batch right after (the old payload is freed
