@@ -17,9 +17,9 @@
 //!   functions have lines in one file is read back from the payload for rewrites, others
 //!   keep their compact record); an ELF payload has no live check, so unregistering
 //!   rewrites the batch: a recent object is rolled back (`State::regrow`), a batch's first
-//!   or last object splits its end off (`State::peel`: code dropped in order rewrites small
-//!   entries), other objects make the batch be re-encoded whole. [`unregister_many`] takes
-//!   many out with one rewrite per batch.
+//!   or last object splits its end off (`State::peel`, also under a debugger: code dropped
+//!   in order rewrites small entries), other objects make the batch be re-encoded whole.
+//!   [`unregister_many`] takes many out with one rewrite per batch.
 //!   Objects with call sites or variables (which a compact record cannot carry) are
 //!   registered as under a debugger.
 //! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
@@ -95,6 +95,10 @@ const SEALED: usize = 2;
 
 /// Members of an ELF batch split off with its first or last member (see `State::peel`).
 const PEEL: usize = 64;
+
+/// At most this many such ends are linked at once: a runtime draining its code in order
+/// has one or two, and no pattern of drops can make the list grow by more.
+const PEEL_MAX: usize = 32;
 
 /// Capacity of an in-place (no debugger) batch payload. GDB copies a payload whole when it
 /// reads it, and attach reads every entry: 64 KiB holds about 800 one-function objects, so
@@ -184,6 +188,8 @@ struct Batch {
     /// Once it stops growing: where its plain objects are in its payload (see
     /// `Batch::decode_member`), until a rewrite gives every member a model.
     index: Option<Box<crate::elf::GrowingIndex>>,
+    /// The end split off another batch (see `State::peel`), counted in `State::peeled`.
+    peeled: bool,
 }
 
 impl Batch {
@@ -206,6 +212,7 @@ impl Batch {
             records: Vec::new(),
             growing: None,
             index: None,
+            peeled: false,
         }
     }
 
@@ -403,6 +410,8 @@ struct State {
     /// object before them left (see `regrow`).
     grown: u64,
     regrown: u64,
+    /// Linked batches that are ends split off others (`State::peel`).
+    peeled: usize,
     /// Registrations so far, mixed into live keys (see `State::fresh_live_key`).
     keys: u64,
     key_seed: u64,
@@ -1619,6 +1628,9 @@ impl State {
         let Some(batch) = self.batches.remove(batch_id) else {
             return;
         };
+        if batch.peeled {
+            self.peeled -= 1;
+        }
         // SAFETY: linked when created (`link_new`) or swapped in (`rewrite`, `republish`),
         // unlinked only
         // here, which also takes it out of `batches`.
@@ -1721,18 +1733,21 @@ impl State {
         }
     }
 
-    /// Without a debugger, an ELF batch that lost its first or its last member (at `pos`, in
-    /// append order; already out of `members`) is rewritten as two entries: the `PEEL`
-    /// members at that end, and the rest. False if it is not such a batch or that fails (the
-    /// caller rewrites it whole).
+    /// A sealed ELF batch that lost its first or its last member (at `pos`, in append order;
+    /// already out of `members`) is rewritten as two entries: the `PEEL` members at that
+    /// end, and the rest. False if it is not such a batch or that fails (the caller rewrites
+    /// it whole).
     ///
     /// Why: a runtime that drops its code oldest first (a `Vec` of registrations dropped at
     /// shutdown, a code cache flushed in order) takes the first member out of a full batch
     /// at every drop, and ELF has no live check: each drop would re-encode the whole batch
-    /// (up to about 1,000 objects). Peeled, the next `PEEL` drops rewrite the small entry
-    /// only, and the rest is re-encoded once per `PEEL` drops. Only the end members are
-    /// peeled, so objects dropped here and there (tiering, churn) leave no more entries than
-    /// before; under a debugger a batch is always rewritten whole (every entry costs it).
+    /// (up to about 1,000 objects), and make an attached GDB read it again. Peeled, the next
+    /// `PEEL` drops rewrite the small entry only, and the rest is re-encoded once per `PEEL`
+    /// drops. Only end members are peeled: a batch drained in order makes one entry more at
+    /// a time (its peeled end empties before the next peel), objects dropped here and there
+    /// (tiering, churn) hardly ever are an end, and at most `PEEL_MAX` peeled ends are linked
+    /// at once, so the number of entries, which GDB's cost per stop grows with, stays as it
+    /// was.
     fn peel(&mut self, batch_id: u64, pos: usize) -> bool {
         let Some(batch) = self.batches.get(batch_id) else {
             return false;
@@ -1742,7 +1757,7 @@ impl State {
             || batch.level < SEALED
             || n < 2 * PEEL
             || (pos != 0 && pos != n)
-            || descriptor::debugger_attached()
+            || self.peeled >= PEEL_MAX
         {
             return false;
         }
@@ -1777,7 +1792,13 @@ impl State {
         let back_slots = batch.members[at..].to_vec();
         // The new entry is linked before the old one is replaced: a core file taken in
         // between lists its objects twice, never not at all.
-        self.link_new(back_cell, Format::Elf, SEALED, back, back_slots);
+        let back_id = self.link_new(back_cell, Format::Elf, SEALED, back, back_slots);
+        // The end split off: the old batch's place (oldest end) or the new one (newest).
+        let end = if pos == 0 { batch_id } else { back_id };
+        if let Some(b) = self.batches.get_mut(end) {
+            b.peeled = true;
+            self.peeled += 1;
+        }
         let Some(batch) = self.batches.get_mut(batch_id) else {
             return false;
         };

@@ -579,3 +579,57 @@ fn objects_dropped_in_order_leave_small_entries_to_rewrite() {
     drop(live);
     assert_eq!(entry_count(), entries_before);
 }
+
+/// Drops aimed at the ends of entries, again and again (the oldest object of every large
+/// entry, round after round): each such drop splits an end off, but no more than 32 split
+/// ends are linked at once, so the list stays short whatever the pattern, and it holds
+/// exactly the live functions.
+#[test]
+fn drops_aimed_at_entry_ends_leave_a_bounded_number_of_entries() {
+    use jit_interface::descriptor::entry_count;
+    use object::{Object, ObjectSymbol};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x5f00_0000_0000u64;
+    let entries_before = entry_count();
+    let mut live: std::collections::BTreeMap<String, Registration> = (0..8000u64)
+        .map(|i| {
+            let name = format!("aimed_{i:05}");
+            let obj = registry_support::object(&name, base + i * 64);
+            (
+                name,
+                jit_interface::register(&obj, Format::Elf).expect("register"),
+            )
+        })
+        .collect();
+    let full = entry_count() - entries_before;
+    let mut most = full;
+    for _round in 0..8 {
+        // The oldest (lowest) function of every entry of 128 functions or more.
+        let mut oldest = Vec::new();
+        registry_support::for_each_payload(|bytes| {
+            let file = object::File::parse(bytes).expect("an ELF entry");
+            let names: Vec<String> = file
+                .symbols()
+                .filter(|s| s.kind() == object::SymbolKind::Text)
+                .map(|s| s.name().expect("name").to_string())
+                .filter(|n| n.starts_with("aimed_"))
+                .collect();
+            if names.len() >= 128 {
+                oldest.extend(names.into_iter().min());
+            }
+        });
+        for name in oldest {
+            drop(live.remove(&name));
+            most = most.max(entry_count() - entries_before);
+        }
+    }
+    assert!(
+        most <= full + 32,
+        "{most} entries at most, {full} before the drops"
+    );
+    let (names, _) = listed_elf();
+    let listed: Vec<&String> = names.iter().filter(|n| n.starts_with("aimed_")).collect();
+    assert_eq!(listed, live.keys().collect::<Vec<_>>());
+    drop(live);
+    assert_eq!(entry_count(), entries_before);
+}
