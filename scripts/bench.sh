@@ -514,6 +514,24 @@ for f in ("compact", "elf"):
     un_ms, k, hooks = float(m.group(1)) / 1e6, int(m.group(2)), int(m.group(3))
     w(f"| {f} | {un_ms:.2f} | {reg_ms:.3f} | {un_ms/reg_ms:.1f}x | {hooks/k:.1f} |")
 w("")
+# Draining under GDB: all of them, oldest first one by one (each drop from a batch's end
+# splits that end off, so the next drops make GDB re-read a small entry), or in one call.
+w(f"Draining under GDB: {NU} functions registered one by one, then all unregistered, oldest "
+  f"first one by one (`scale_host drain {NU} F one`: the first drop from a batch splits its "
+  "oldest 64 objects off into an entry of their own, so the next drops make GDB re-read "
+  f"that small entry), or in one `unregister_many` call (`drain {NU} F many`: each entry "
+  "rewritten or unlinked once).\n")
+w("| payload | one by one: ms per unregistration | stops per unregistration | one call: ms in all | stops in all | ms per registration (same run) |")
+w("|---|---|---|---|---|---|")
+for f in ("compact", "elf"):
+    got = {}
+    for how in ("one", "many"):
+        _w, _r, t = run(gdb([HOST, "drain", str(NU), f, how], READER if f == "compact" else None))
+        m = re.search(r"TOTAL drain ([\d.]+) s \(([\d.]+) ns/unregistration, \w+, hooks (\d+) calls", t)
+        got[how] = (float(m.group(1)), float(m.group(2)), int(m.group(3)), ours_ns(t) / 1e6)
+    one, many = got["one"], got["many"]
+    w(f"| {f} | {one[1] / 1e6:.2f} | {one[2] / NU:.1f} | {many[0] * 1e3:.1f} | {many[2]} | {min(one[3], many[3]):.3f} |")
+w("")
 # ... and without a debugger: a compact object leaves a tombstone (its live slot cleared),
 # an ELF one makes its batch be re-encoded without it (an ELF payload has no live check).
 NUQ, MUQ = (20000, 200) if QUICK else (100000, 1000)
