@@ -1002,6 +1002,14 @@ impl JitObject {
     }
 
     /// Appends `s` to the text.
+    /// Room for `functions` more functions and `text` more bytes of names, so that an object
+    /// built whole at once (read back from a payload) allocates each once.
+    #[cfg(feature = "runtime")]
+    pub(crate) fn reserve(&mut self, functions: usize, text: usize) {
+        self.entries.reserve_exact(functions);
+        self.text.reserve_exact(text);
+    }
+
     fn push_text(&mut self, s: &str) -> Result<Span> {
         let at = self.text.len();
         if s.len() > MAX_STORED - at {

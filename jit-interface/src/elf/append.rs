@@ -269,20 +269,30 @@ impl Index {
         let u64_at =
             |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
         let names = u64_at(header(STRTAB)?, 24)? as usize;
-        // Function `i`: its name, start and size, from its symbol (a section-relative value).
-        let function = |i: usize| -> Option<(&str, u64, u32)> {
+        // Function `i`'s symbol, and its name's bytes.
+        let symbol = |i: usize| -> Option<(&[u8], &[u8])> {
             let at = p.sym as usize + i * SYMBOL;
             let sym = buf.get(at..at + SYMBOL)?;
             let name_at = u32::from_le_bytes(sym[..4].try_into().ok()?) as usize;
+            let name = buf.get(names.checked_add(name_at)?..)?;
+            Some((sym, &name[..name.iter().position(|&b| b == 0)?]))
+        };
+        // Function `i`: its name, start and size, from its symbol (a section-relative value).
+        let function = |i: usize| -> Option<(&str, u64, u32)> {
+            let (sym, name) = symbol(i)?;
             let section = u16::from_le_bytes(sym[6..8].try_into().ok()?);
             let base = u64_at(header(usize::from(section))?, 16)?;
             let start = base.checked_add(u64_at(sym, 8)?)?;
             let size = u32::try_from(u64_at(sym, 16)?).ok()?;
-            let name = buf.get(names.checked_add(name_at)?..)?;
-            let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
-            Some((name, start, size))
+            Some((std::str::from_utf8(name).ok()?, start, size))
         };
         let mut object = JitObject::with_arch(Arch::X86_64);
+        // The object's names at once: no growing (and copying) as they come.
+        let mut text = file.len();
+        for i in 0..usize::from(p.count) {
+            text += symbol(i)?.1.len();
+        }
+        object.reserve(usize::from(p.count), text);
         // The line sequence and the FDE that the functions (in address order, as both) have
         // reached: the sequence's rows, with offsets from its start, and the FDE's rules.
         let (mut seq_at, mut seq_start, mut seq_end) = (p.seq as usize, 0, 0);
