@@ -1676,7 +1676,7 @@ impl State {
             stale_batch("an object of the batch could not be decoded from what was kept of it");
             return;
         }
-        let mut cell = EntryCell::new();
+        let cell = EntryCell::new();
         // A subset of objects that encoded together encodes again; should it ever fail, the
         // dead objects stay visible to the debugger (stale) rather than the list breaking.
         let (new_format, built) = match self.build_as_elf(&[batch_id]) {
@@ -1694,29 +1694,11 @@ impl State {
             // Keep the open batch appendable.
             buf.reserve_exact(OPEN_CAPACITY.saturating_sub(buf.len()));
         }
+        // Every member has its model now (decoded above, or by `build_as_elf`).
+        self.swap_payload(batch_id, cell, buf, slots);
         let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
         };
-        *cell.entry.get_mut() = JitCodeEntry::new(&buf);
-        // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
-        // take the old ones' place in the batch right after (the old payload is freed only
-        // then, after the debugger was told).
-        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
-        batch.cell = cell;
-        let old = std::mem::replace(&mut batch.buf, buf);
-        batch.members = slots;
-        if old.len() == crate::elf::GROWING_PAYLOAD {
-            self.spare_growing = Some(old);
-        }
-        let Some(batch) = self.batches.get_mut(batch_id) else {
-            return;
-        };
-        // Every member has its model now (decoded above, or by `build_as_elf`), and keeps
-        // it: a batch that loses one member often loses more, and decoding it all again
-        // at each would cost more than the rest of the rewrite.
-        batch.records = Vec::new();
-        batch.index = None;
-        batch.dead = 0;
         if new_format != format {
             batch.format = new_format;
             let level = batch.level;
@@ -1783,13 +1765,14 @@ impl State {
             crate::elf::encode_objects(arch, &models).ok()
         };
         // Allocated before their payloads: see `Batch::cell`.
-        let (mut cell, back_cell) = (EntryCell::new(), EntryCell::new());
+        let (cell, back_cell) = (EntryCell::new(), EntryCell::new());
         let (Some(front), Some(back)) =
             (encode(&batch.members[..at]), encode(&batch.members[at..]))
         else {
             return false;
         };
-        let back_slots = batch.members[at..].to_vec();
+        let (front_slots, back_slots) =
+            (batch.members[..at].to_vec(), batch.members[at..].to_vec());
         // The new entry is linked before the old one is replaced: a core file taken in
         // between lists its objects twice, never not at all.
         let back_id = self.link_new(back_cell, Format::Elf, SEALED, back, back_slots);
@@ -1799,25 +1782,40 @@ impl State {
             b.peeled = true;
             self.peeled += 1;
         }
+        self.swap_payload(batch_id, cell, front, front_slots);
+        true
+    }
+
+    /// Puts payload `buf` holding `members` in the place of batch `batch_id`'s (its entry
+    /// `cell` swapped in for the old one) after a rewrite (`rewrite`, `peel`): a compact
+    /// batch's records are in `buf`, an ELF batch's members all have their models.
+    fn swap_payload(
+        &mut self,
+        batch_id: u64,
+        mut cell: Box<EntryCell>,
+        buf: Vec<u8>,
+        members: Vec<Slot>,
+    ) {
         let Some(batch) = self.batches.get_mut(batch_id) else {
-            return false;
+            return;
         };
-        *cell.entry.get_mut() = JitCodeEntry::new(&front);
-        // SAFETY: the old cell is linked; the new one is boxed and points at `front`, and
-        // both take the old ones' place in the batch right after (the old payload is freed
-        // only then, after the debugger was told).
+        *cell.entry.get_mut() = JitCodeEntry::new(&buf);
+        // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
+        // take the old ones' place in the batch right after (the old payload is freed only
+        // then, after the debugger was told).
         unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
-        let old = std::mem::replace(&mut batch.buf, front);
-        batch.members.truncate(at);
-        // Every member has its model now, and keeps it (as after `rewrite`).
+        let old = std::mem::replace(&mut batch.buf, buf);
+        batch.members = members;
+        // An ELF batch's members keep their models: a batch that loses one member often
+        // loses more, and decoding it all again at each would cost more than the rest of a
+        // rewrite.
         batch.records = Vec::new();
         batch.index = None;
         batch.dead = 0;
         if old.len() == crate::elf::GROWING_PAYLOAD {
             self.spare_growing = Some(old);
         }
-        true
     }
 
     /// Takes the object at `pos` (in append order; already out of `members`) out of the
