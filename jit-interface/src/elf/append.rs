@@ -681,11 +681,13 @@ impl Growing {
         self.index.plain.truncate(k);
         self.extended.truncate(mark.extended as usize);
         self.open = mark.open;
-        // Later entries of the open unit go into its room, inside what is cut here: the
-        // new payload shares the bytes before that room only.
+        // Later entries of the open unit go into its room, and later sequences lengthened
+        // its line program, inside what is cut here: the new payload shares the bytes before
+        // that room and before that line program only.
         let mut cut = used;
         if let Some(u) = mark.open {
             cut[INFO_R] = cut[INFO_R].min(u.end - self.start[INFO_R]);
+            cut[LINE_R] = cut[LINE_R].min(u.line_at - self.start[LINE_R]);
         }
         self.cut = Some(cut);
         Some(new)
@@ -1274,6 +1276,57 @@ mod tests {
         assert!(checked > 150, "{checked}");
     }
 
+    /// Rollbacks one after another, each reusing the payload the one before replaced (the
+    /// mirror), between appends of objects of two source files in turns (so the unit open at
+    /// one rollback may be closed at the next): the payload is, section by section and line
+    /// by line, the payload of the objects left appended in order. (A mirror once kept the
+    /// line program length of the unit open at its rollback from before it, which the next
+    /// rollback did not copy again: a unit claiming sequences that another unit's header
+    /// had replaced.)
+    #[test]
+    fn rollbacks_in_a_row_keep_every_unit_whole() {
+        for seed in 0..200u64 {
+            let mut r = crate::elf::test_support::Rng::new(seed);
+            let run = 1 + r.below(4);
+            let object = |i: u64| {
+                let file = if (i / run) % 2 == 0 { "a.js" } else { "b.js" };
+                small_in(i, 0x40_0000 + i * 64, file)
+            };
+            let (mut buf, mut state) = Growing::new(None).unwrap();
+            let mut live: Vec<u64> = Vec::new();
+            let mut next = 0;
+            for _round in 0..8 {
+                for _ in 0..1 + r.below(6) {
+                    state.append(&mut buf, &object(next)).unwrap().unwrap();
+                    live.push(next);
+                    next += 1;
+                }
+                let k = live.len() - 1 - r.below(live.len().min(4) as u64) as usize;
+                let mut rolled = state.roll_back(&buf, k, None).unwrap();
+                state.keep_mirror(buf);
+                live.remove(k);
+                for &i in &live[k..] {
+                    state.append(&mut rolled, &object(i)).unwrap().unwrap();
+                }
+                buf = rolled;
+            }
+            let (mut direct, mut direct_state) = Growing::new(None).unwrap();
+            for &i in &live {
+                direct_state
+                    .append(&mut direct, &object(i))
+                    .unwrap()
+                    .unwrap();
+            }
+            let what = format!("seed {seed}: {live:?}");
+            assert!(
+                sections(&buf) == sections(&direct),
+                "{what}: sections differ"
+            );
+            let (ours, theirs) = (Parsed { bytes: buf }, Parsed { bytes: direct });
+            assert!(ours.lines() == theirs.lines(), "{what}: lines differ");
+        }
+    }
+
     /// Plain objects read back from the payload are what was appended: the same name,
     /// range, file and lines, and appending them instead of the originals writes the same
     /// payload byte for byte, as re-encoding them in one ELF object (a rewrite) writes
@@ -1430,6 +1483,11 @@ mod tests {
 
     /// A function of the benchmark shape at `address`, named after `i`.
     fn small(i: u64, address: u64) -> JitObject {
+        small_in(i, address, "benchmark.js")
+    }
+
+    /// [`small`], its lines in `file`.
+    fn small_in(i: u64, address: u64, file: &str) -> JitObject {
         let mut o = JitObject::new();
         let f = o
             .add_function(&format!("jit_function_{i:06}_"), address, 64)
@@ -1440,7 +1498,7 @@ mod tests {
                 line: 10 + r as u32,
             })
             .collect();
-        o.set_lines(f, "benchmark.js", &rows).unwrap();
+        o.set_lines(f, file, &rows).unwrap();
         o.set_frame_pointer(f, 1, 4).unwrap();
         o
     }
