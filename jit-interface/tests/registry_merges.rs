@@ -633,3 +633,74 @@ fn drops_aimed_at_entry_ends_leave_a_bounded_number_of_entries() {
     drop(live);
     assert_eq!(entry_count(), entries_before);
 }
+
+/// Registrations and drops of every kind, mixed (new objects, the oldest or the newest
+/// dropped, one at random, many in one call), over objects of every shape: the rollbacks,
+/// peeled ends, whole rewrites and one-call rewrites they make leave the list holding
+/// exactly the live functions, with their lines and frames, at every point looked at, and
+/// few entries.
+#[test]
+fn mixed_registrations_and_drops_keep_the_list_exact() {
+    use jit_interface::descriptor::entry_count;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x6000_0000_0000u64;
+    let entries_before = entry_count();
+    // Every fifth object of a mixed shape, apart; the others of the benchmark's shape, one
+    // after the other in memory (so that entries fill up: peeled ends need 128 objects).
+    let adjacent = 0x6100_0000_0000u64;
+    let register = |i: u64| {
+        let obj = match i % 5 {
+            0 => mixed("mixed", base, i),
+            _ => registry_support::object(&format!("mixed_a{i:05}"), adjacent + i * 64),
+        };
+        let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+        (obj, reg)
+    };
+    let mut live: std::collections::VecDeque<(JitObject, Registration)> =
+        (0..3000).map(register).collect();
+    let mut next = 3000u64;
+    let check = |live: &std::collections::VecDeque<(JitObject, Registration)>, step: u64| {
+        let want: Vec<Expected> = live.iter().flat_map(|(o, _)| expected(o)).collect();
+        assert_eq!(read_listed(&want), want, "at step {step}");
+        let (names, _) = listed_elf();
+        let listed = names.iter().filter(|n| n.starts_with("mixed_")).count();
+        assert_eq!(listed, want.len(), "at step {step}");
+        // About 1,000 objects per entry, a peeled end or two, and the small entries of
+        // objects merged rather than grown: far fewer than one per object.
+        let entries = entry_count() - entries_before;
+        assert!(
+            entries <= live.len() / 100 + 40,
+            "{entries} entries for {} objects at step {step}",
+            live.len()
+        );
+    };
+    for step in 0..8000u64 {
+        // A fixed pseudo-random sequence (Fibonacci hashing of the step).
+        let r = (step.wrapping_add(1).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % 100;
+        match r {
+            _ if live.len() < 2000 || r < 45 => {
+                live.push_back(register(next));
+                next += 1;
+            }
+            45..=64 => drop(live.pop_front()),
+            65..=79 => drop(live.pop_back()),
+            80..=91 => drop(live.remove(r as usize * 7919 % live.len())),
+            _ => {
+                // About 20 objects, spread over the live ones, in one call.
+                let stride = live.len() / 20;
+                let mut gone = Vec::new();
+                let mut k = (r as usize) % stride;
+                while k < live.len() && gone.len() < 20 {
+                    gone.push(live.remove(k).expect("live").1);
+                    k += stride - 1;
+                }
+                jit_interface::unregister_many(gone);
+            }
+        }
+        if step % 2000 == 1999 {
+            check(&live, step);
+        }
+    }
+    drop(live);
+    assert_eq!(entry_count(), entries_before);
+}
