@@ -14,5 +14,11 @@ fn mixed_registrations_and_drops_under_a_debugger_keep_the_list_exact() {
     // Set before the first registration of this process, when the registry reads it once.
     std::env::set_var("JIT_GDB_ALWAYS_NOTIFY", "1");
     assert!(jit_interface::descriptor::debugger_attached());
-    registry_support::mixed_workload("attached", 0x6200_0000_0000, 0x6300_0000_0000);
+    registry_support::mixed_workload(
+        "attached",
+        0x6200_0000_0000,
+        0x6300_0000_0000,
+        jit_interface::Format::Elf,
+        |live| registry_support::check_elf("attached", live),
+    );
 }

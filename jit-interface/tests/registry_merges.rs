@@ -419,5 +419,11 @@ fn drops_aimed_at_entry_ends_leave_a_bounded_number_of_entries() {
 #[test]
 fn mixed_registrations_and_drops_keep_the_list_exact() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    registry_support::mixed_workload("mixed", 0x6000_0000_0000, 0x6100_0000_0000);
+    registry_support::mixed_workload(
+        "mixed",
+        0x6000_0000_0000,
+        0x6100_0000_0000,
+        Format::Elf,
+        |live| registry_support::check_elf("mixed", live),
+    );
 }

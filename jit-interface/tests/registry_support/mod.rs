@@ -313,7 +313,13 @@ pub fn mixed(prefix: &str, base: u64, i: u64) -> JitObject {
 /// peeled ends, whole rewrites and one-call rewrites they make leave the list holding
 /// exactly the live functions, with their lines and frames, at every point looked at, and
 /// few entries.
-pub fn mixed_workload(prefix: &str, base: u64, adjacent: u64) {
+pub fn mixed_workload(
+    prefix: &str,
+    base: u64,
+    adjacent: u64,
+    format: Format,
+    check_listed: impl Fn(&[&JitObject]),
+) {
     use jit_interface::descriptor::entry_count;
     let entries_before = entry_count();
     // Every fifth object of a mixed shape, apart; the others of the benchmark's shape, one
@@ -323,21 +329,15 @@ pub fn mixed_workload(prefix: &str, base: u64, adjacent: u64) {
             0 => mixed(prefix, base, i),
             _ => object(&format!("{prefix}_a{i:05}"), adjacent + i * 64),
         };
-        let reg = jit_interface::register(&obj, Format::Elf).expect("register");
+        let reg = jit_interface::register(&obj, format).expect("register");
         (obj, reg)
     };
     let mut live: std::collections::VecDeque<(JitObject, Registration)> =
         (0..3000).map(register).collect();
     let mut next = 3000u64;
     let check = |live: &std::collections::VecDeque<(JitObject, Registration)>, step: u64| {
-        let want: Vec<Expected> = live.iter().flat_map(|(o, _)| expected(o)).collect();
-        assert_eq!(read_listed(&want), want, "at step {step}");
-        let (names, _) = listed_elf();
-        let listed = names
-            .iter()
-            .filter(|n| n.starts_with(&format!("{prefix}_")))
-            .count();
-        assert_eq!(listed, want.len(), "at step {step}");
+        eprintln!("step {step}: {} objects live", live.len());
+        check_listed(&live.iter().map(|(o, _)| o).collect::<Vec<_>>());
         // Far fewer than one per object: without a debugger, payloads of up to about 1,000
         // objects (fewer when drops here and there seal them early); under one, the merge
         // levels' small entries (up to 62) beside sealed batches; and at most 32 peeled ends.
@@ -377,4 +377,38 @@ pub fn mixed_workload(prefix: &str, base: u64, adjacent: u64) {
     }
     drop(live);
     assert_eq!(entry_count(), entries_before);
+}
+
+/// The listed ELF entries hold exactly the functions of `live` (named `{prefix}_...`), with
+/// their line rows and unwind rules (read with gimli).
+#[allow(dead_code)] // not every registry test reads ELF entries
+pub fn check_elf(prefix: &str, live: &[&JitObject]) {
+    let want: Vec<Expected> = live.iter().flat_map(|o| expected(o)).collect();
+    assert_eq!(read_listed(&want), want);
+    let (names, _) = listed_elf();
+    let listed = names
+        .iter()
+        .filter(|n| n.starts_with(&format!("{prefix}_")))
+        .count();
+    assert_eq!(listed, want.len());
+}
+
+/// The listed compact records whose live slot holds their key are exactly the objects of
+/// `live` (functions named `{prefix}_...`), with their line rows and unwind rules.
+#[allow(dead_code)] // not every registry test reads compact entries
+pub fn check_compact(prefix: &str, live: &[&JitObject]) {
+    let mut want: Vec<Expected> = live.iter().flat_map(|o| expected(o)).collect();
+    let mut got = Vec::new();
+    for_each_payload(|payload| {
+        for d in jit_interface::decode_all(payload).expect("a listed payload decodes") {
+            let l = d.live.expect("compact registrations carry live checks");
+            if slot_holds(l.address, l.key) {
+                got.extend(expected(&d.object));
+            }
+        }
+    });
+    got.retain(|(name, ..)| name.starts_with(&format!("{prefix}_")));
+    want.sort();
+    got.sort();
+    assert_eq!(got, want);
 }
