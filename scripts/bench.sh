@@ -174,6 +174,10 @@ w("- Deferred mode (`set_deferred`): compact records are appended in place under
   "pending ones at every stop).")
 w("- Unregistering under GDB rewrites only the batch holding the object and swaps the entry "
   "in place with one pointer store (GDB: drop the old objfile, read the new one).")
+w("- An ELF batch losing its first or last object (code dropped in order: oldest or newest "
+  "first) splits that end off, 64 objects, into an entry of its own, so the next drops "
+  "rewrite the small entry (at most 32 such ends are linked at once). `unregister_many` "
+  "takes many objects out in one call, each entry rewritten or unlinked once.")
 w("- Compact format version 2: every object record carries its own string table, so records "
   "are appended and copied without re-encoding.\n")
 
