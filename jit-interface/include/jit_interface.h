@@ -168,11 +168,12 @@ void jit_unregister(struct jit_registration *reg);
 /**
  * Unregisters the `n` registrations of `regs` at once (see the Rust `unregister_many`): each
  * debugger entry holding some of them is rewritten once, not once per registration. NULL
- * elements are skipped; `regs` may be NULL when `n` is 0. The array itself is not freed.
+ * elements are skipped; `regs` may be NULL when `n` is 0. The array itself is not freed. A
+ * registration listed more than once is unregistered once, and `jit_last_error` says so.
  *
  * # Safety
  * `regs` points to `n` pointers, each NULL or from `jit_register` and not unregistered
- * before (nor listed twice).
+ * before.
  */
 void jit_unregister_many(struct jit_registration *const *regs, size_t n);
 

@@ -449,11 +449,12 @@ pub unsafe extern "C" fn jit_unregister(reg: *mut jit_registration) {
 
 /// Unregisters the `n` registrations of `regs` at once (see the Rust `unregister_many`): each
 /// debugger entry holding some of them is rewritten once, not once per registration. NULL
-/// elements are skipped; `regs` may be NULL when `n` is 0. The array itself is not freed.
+/// elements are skipped; `regs` may be NULL when `n` is 0. The array itself is not freed. A
+/// registration listed more than once is unregistered once, and `jit_last_error` says so.
 ///
 /// # Safety
 /// `regs` points to `n` pointers, each NULL or from `jit_register` and not unregistered
-/// before (nor listed twice).
+/// before.
 #[no_mangle]
 pub unsafe extern "C" fn jit_unregister_many(regs: *const *mut jit_registration, n: usize) {
     guard((), || {
@@ -465,11 +466,21 @@ pub unsafe extern "C" fn jit_unregister_many(regs: *const *mut jit_registration,
         }
         // SAFETY: per the contract, `regs` points to `n` readable pointers.
         let regs = unsafe { std::slice::from_raw_parts(regs, n) };
-        crate::registry::unregister_many(regs.iter().filter(|r| !r.is_null()).map(|&r| {
-            // SAFETY: per the contract, each non-NULL element is an owned, live registration,
-            // listed once; we take it over.
+        // Each taken over once: a pointer listed twice would otherwise be freed twice.
+        let mut owned: Vec<*mut jit_registration> =
+            regs.iter().copied().filter(|r| !r.is_null()).collect();
+        owned.sort_unstable();
+        let listed = owned.len();
+        owned.dedup();
+        let repeats = listed - owned.len();
+        crate::registry::unregister_many(owned.into_iter().map(|r| {
+            // SAFETY: per the contract, each non-NULL element is an owned, live registration;
+            // the repeats are gone, so each is taken over once.
             unsafe { Box::from_raw(r) }._registration
         }));
+        if repeats > 0 {
+            return Err(Error::ListedTwice(repeats));
+        }
         Ok(())
     })
 }

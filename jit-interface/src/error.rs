@@ -27,6 +27,9 @@ pub enum Error {
     EmptyObject,
     /// A NULL pointer was passed to the C API.
     NullPointer(&'static str),
+    /// The same registration was listed more than once (C API, `jit_unregister_many`): this
+    /// many repeats, each skipped.
+    ListedTwice(usize),
     /// A limit of the payload format was exceeded.
     TooLarge(String),
     /// A perf output (map or jitdump) could not be written.
@@ -56,6 +59,10 @@ impl fmt::Display for Error {
             }
             Error::EmptyObject => write!(f, "the object has no functions: add one before registering"),
             Error::NullPointer(what) => write!(f, "NULL pointer passed as `{what}`"),
+            Error::ListedTwice(n) => write!(
+                f,
+                "{n} registration(s) listed more than once: each was unregistered once, and the repeats skipped"
+            ),
             Error::TooLarge(why) => write!(f, "too large: {why}"),
             Error::Io(why) => write!(f, "{why}"),
         }

@@ -58,14 +58,22 @@ fn compact_objects_share_an_entry_and_deferred_mode_switches() {
         unsafe { jit_unregister(r) };
     }
     assert_eq!(entry_count(), before + 1);
+    // A NULL, and one registration listed twice: unregistered once, and said.
     rest.insert(3, std::ptr::null_mut());
+    rest.push(rest[5]);
     // SAFETY: nothing to read; then an array of registrations from jit_register (and a
-    // NULL), each listed once and unregistered once.
+    // NULL), none unregistered before.
     unsafe {
         jit_unregister_many(std::ptr::null(), 0);
         jit_unregister_many(rest.as_ptr(), rest.len());
     }
     assert_eq!(entry_count(), before, "every batch is unlinked once empty");
+    // SAFETY: jit_last_error returns a NUL-terminated string.
+    let error = unsafe { std::ffi::CStr::from_ptr(jit_last_error()) };
+    assert!(
+        error.to_string_lossy().contains("listed more than once"),
+        "{error:?}"
+    );
 
     // A NULL array of several: refused with a message naming it.
     // SAFETY: refused before anything is read.
