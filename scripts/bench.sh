@@ -149,7 +149,7 @@ w("- Without a debugger (the library sees no `int3` on `__jit_debug_register_cod
   "re-encoded; the entry's size grows record by record, so attach and core files see every "
   "registration. Unregistering clears the object's live slot (every reader skips such "
   "records) until the batch is mostly dead and is rewritten. Small ELF objects are appended "
-  "in place too, to a growing ELF payload of 256 KiB (about 1,000 one-function objects, one "
+  "in place too, to a growing ELF payload of 256 KiB (about 900 one-function objects, one "
   "compile unit per 64 functions of a source file): each is encoded once, into its place; "
   "the payload is rebuilt when an object leaves (ELF has no live check), from the payload "
   "itself for objects whose functions have line rows in one source file (read back: 16 "

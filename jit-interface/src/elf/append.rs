@@ -18,7 +18,8 @@
 //! the payload one store at a time, so that a debugger stopping the process between two
 //! stores (attach) or a core file cut there reads a consistent object: names, ranges, FDEs
 //! and line sequences first (nothing refers to them yet), then the `.text` sections of the
-//! new code, then its compile unit or subprogram entry, then its symbols. The unit tests
+//! new code, then (joining an open unit) its range in the unit's range list, then its
+//! compile unit or subprogram entry, then its symbols. The unit tests
 //! parse the payload at every one of those points.
 //!
 //! Unused room costs little memory: a new payload is zeroed when allocated (the kernel's
@@ -42,7 +43,7 @@ use super::writer::{self, Header, FILE_HEADER, SECTION_HEADER, SYMBOL};
 use crate::error::{Error, Result};
 use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, LineRow, UnwindRow};
 
-/// Size of a growing payload: about 1,000 one-function objects of the benchmark shape
+/// Size of a growing payload: about 900 one-function objects of the benchmark shape
 /// (8 line rows, frame-pointer frame, 20-character name).
 pub(crate) const PAYLOAD: usize = 256 * 1024;
 
@@ -76,9 +77,10 @@ const FRAME_R: usize = 5;
 /// The section of each region (`.debug_str` and `.strtab` are one table with two headers).
 const REGION_SECTION: [usize; REGIONS] = [DEBUG_STR, SYMTAB, INFO, LINE, RANGES, FRAME];
 /// Bytes of each region per function the payload is sized for. The benchmark shape takes
-/// 21 (name), 24, about 56 (a unit of its own), 71 (a line program of its own), 0 and 32;
-/// the rest is room for longer names, file names and frame descriptions.
-const SHARE: [usize; REGIONS] = [40, 24, 64, 80, 4, 40];
+/// 21 (name), 24, about 56 (a unit of its own), 71 (a line program of its own), 16 (its
+/// range in an open unit's list, whose room is 16 bytes per entry) and 32; the rest is
+/// room for longer names, file names and frame descriptions.
+const SHARE: [usize; REGIONS] = [40, 24, 64, 80, 24, 40];
 
 /// A run of adjacent code with a `.text` section of its own.
 #[derive(Debug, Clone, Copy)]
@@ -98,10 +100,14 @@ enum Place {
 }
 
 /// The compile unit that one-function objects of one source file join, one after the
-/// other: it has no address attributes (readers take its addresses from its subprograms),
-/// so a subprogram anywhere joins it, and its line program takes their line sequences.
+/// other: its addresses are a range list (`DW_AT_ranges`) that each function joining adds
+/// its range to, so a subprogram anywhere joins it, and its line program takes their line
+/// sequences. (Readers must not take a unit's addresses from its subprograms' lowest and
+/// highest: GDB then gives the unit every address in between, the code of other entries
+/// too, and once it has read the unit answers "no line number information" for those.)
 /// The unit is made with room for `OPEN_ENTRIES` subprogram entries, zero (null entries,
-/// which readers skip as padding): an entry joins it with one 16-byte store, and its line
+/// which readers skip as padding), and as many ranges, zero (the list's end): a range
+/// joins its list with one 16-byte store, an entry the unit with another, and its line
 /// sequence with one store of the line program's length (`.debug_line`'s size covers the
 /// whole region from the start: debuggers reach line programs only through their units;
 /// a tool that walks the section from start to end, like `readelf --debug-dump=line`,
@@ -118,6 +124,11 @@ struct OpenUnit {
     line_at: usize,
     /// Past its line program's last byte.
     line_end: usize,
+    /// Where the next range of its list goes (a zero pair until then: the list's end).
+    ranges_next: usize,
+    /// Past the room of its range list (one zero pair more follows: the end of a full
+    /// list).
+    ranges_limit: usize,
 }
 
 /// Subprogram entries an open unit has room for (15 bytes each).
@@ -657,9 +668,10 @@ impl Growing {
         }
         self.runs.retain(|r| usize::from(r.section) < sections);
         if let Some(u) = mark.open {
-            // The unit as it was: later entries took some of its room, later sequences
-            // lengthened its line program.
+            // The unit as it was: later entries took some of its room, later ranges some of
+            // its list's, later sequences lengthened its line program.
             new[u.end..u.limit].fill(0);
+            new[u.ranges_next..u.ranges_limit].fill(0);
             put_u32(&mut new, u.line_at, u.line_end - u.line_at - 4);
         }
         // Not linked yet: sizes in any order.
@@ -681,12 +693,13 @@ impl Growing {
         self.index.plain.truncate(k);
         self.extended.truncate(mark.extended as usize);
         self.open = mark.open;
-        // Later entries of the open unit go into its room, and later sequences lengthened
-        // its line program, inside what is cut here: the new payload shares the bytes before
-        // that room and before that line program only.
+        // Later entries and ranges of the open unit go into its rooms, and later sequences
+        // lengthened its line program, inside what is cut here: the new payload shares the
+        // bytes before those rooms and before that line program only.
         let mut cut = used;
         if let Some(u) = mark.open {
             cut[INFO_R] = cut[INFO_R].min(u.end - self.start[INFO_R]);
+            cut[RANGES_R] = cut[RANGES_R].min(u.ranges_next - self.start[RANGES_R]);
             cut[LINE_R] = cut[LINE_R].min(u.line_at - self.start[LINE_R]);
         }
         self.cut = Some(cut);
@@ -768,6 +781,7 @@ impl Growing {
                     && !layout.has_extras
                     && !p.f.lines().is_empty()
                     && open.end + 16 <= open.limit
+                    && open.ranges_next + 16 <= open.ranges_limit
                     && unit.file == Some(self.index.files[open.file as usize].as_str()) =>
             {
                 let name = layout.name_offsets[0] + bases.strings;
@@ -811,7 +825,9 @@ impl Growing {
                 sequences: 0,
             },
             (Some((file, entry)), Some(open))
-                if self.index.files[open.file as usize] == file && open.end + 16 <= open.limit =>
+                if self.index.files[open.file as usize] == file
+                    && open.end + 16 <= open.limit
+                    && open.ranges_next + 16 <= open.ranges_limit =>
             {
                 // The line program's header length is at offset 6 (DWARF 4, 32-bit).
                 let header = u32::from_le_bytes(line[6..10].try_into().expect("4")) as usize;
@@ -822,7 +838,7 @@ impl Growing {
             }
             (Some((file, entry)), _) => {
                 self.unit_head.clear();
-                dwarf::open_unit(&mut self.unit_head, file, bases.line);
+                dwarf::open_unit(&mut self.unit_head, file, bases.line, bases.ranges);
                 UnitPlan::Open { entry }
             }
             (None, _) => UnitPlan::Own,
@@ -837,7 +853,12 @@ impl Growing {
             UnitPlan::Extend { sequences, .. } => (0, line.len() - sequences),
             UnitPlan::Open { .. } => (self.unit_head.len() + 1 + 15 * OPEN_ENTRIES, line.len()),
         };
-        lens[RANGES_R] = ranges.len();
+        lens[RANGES_R] = match plan {
+            UnitPlan::Own => ranges.len(),
+            UnitPlan::Extend { .. } => 0,
+            // Room for a range per entry, and the list's end.
+            UnitPlan::Open { .. } => 16 * (OPEN_ENTRIES + 1),
+        };
         lens[FRAME_R] = frame.len();
         let room = (self.start.iter().zip(&self.used).zip(&self.end)).map(|((s, u), e)| e - s - u);
         if room.zip(&lens).any(|(room, &len)| len > room) {
@@ -906,9 +927,21 @@ impl Growing {
             at += SYMBOL;
         }
         for (r, bytes) in [(RANGES_R, &ranges[..]), (FRAME_R, frame)] {
+            if r == RANGES_R && !matches!(plan, UnitPlan::Own) {
+                // An open unit's range list: below.
+                continue;
+            }
             let at = self.start[r] + self.used[r];
             buf[at..at + bytes.len()].copy_from_slice(bytes);
         }
+        // The range of the one function of an object that joins or opens a unit (as the
+        // list holds it: absolute, from the unit's base address 0).
+        let range = layout.functions.first().map(|p| {
+            let mut pair = [0u8; 16];
+            pair[..8].copy_from_slice(&p.f.start().to_le_bytes());
+            pair[8..].copy_from_slice(&p.f.end().to_le_bytes());
+            pair
+        });
         let info_at = self.start[INFO_R] + self.used[INFO_R];
         let line_at = self.start[LINE_R] + self.used[LINE_R];
         // The open unit after this object (`None`: closed).
@@ -926,10 +959,16 @@ impl Growing {
                 Some(OpenUnit {
                     end: open.end + 15,
                     line_end: line_at + seq.len(),
+                    ranges_next: open.ranges_next + 16,
                     ..open
                 })
             }
             UnitPlan::Open { entry } => {
+                // The range list: the function's range, then zeros (the list's end).
+                let ranges_at = self.start[RANGES_R] + self.used[RANGES_R];
+                let ranges_limit = ranges_at + 16 * OPEN_ENTRIES;
+                buf[ranges_at..ranges_at + 16].copy_from_slice(&range.expect("one function"));
+                buf[ranges_at + 16..ranges_limit + 16].fill(0);
                 let head = self.unit_head.len();
                 buf[info_at..info_at + head].copy_from_slice(&self.unit_head);
                 let limit = info_at + lens[INFO_R];
@@ -952,6 +991,8 @@ impl Growing {
                     limit,
                     line_at,
                     line_end: line_at + line.len(),
+                    ranges_next: ranges_at + 16,
+                    ranges_limit,
                 })
             }
         };
@@ -1031,6 +1072,12 @@ impl Growing {
             self.sections = sections;
         }
         publish(buf);
+        if let (UnitPlan::Extend { .. }, Some(old), Some(range)) = (&plan, self.open, range) {
+            // The unit claims the function's addresses (one store: a debugger sees the
+            // list end before it or after it), before its entry names the function.
+            store16(buf, old.ranges_next, range);
+            publish(buf);
+        }
         match (&plan, self.open) {
             // The entry and the 0 after it take the unit's room, in one store.
             (UnitPlan::Extend { entry, .. }, Some(old)) => store16(buf, old.end, *entry),
@@ -1276,6 +1323,80 @@ mod tests {
         assert!(checked > 150, "{checked}");
     }
 
+    /// Every compile unit claims exactly the code of its functions (`DW_AT_ranges` of an
+    /// open unit grow as functions join it): a debugger must not find, in one unit, the
+    /// addresses of code between its functions that other entries hold. Objects of the
+    /// benchmark shape, adjacent, apart and out of address order, of two files in turns and
+    /// then of one, with a rollback in between.
+    #[test]
+    fn units_claim_exactly_the_code_of_their_functions() {
+        let object = |i: u64, file: &str| {
+            // Scattered: every third slot of a region, in an order of their own.
+            let slot = (i * 37) % 400;
+            small_in(i, 0x50_0000 + slot * 192, file)
+        };
+        let (mut buf, mut state) = Growing::new(None).unwrap();
+        let mut n = 0;
+        for i in 0..300u64 {
+            let file = if i < 150 && i % 3 == 0 {
+                "b.js"
+            } else {
+                "a.js"
+            };
+            if matches!(state.append(&mut buf, &object(i, file)), Ok(Some(_))) {
+                n += 1;
+            }
+        }
+        assert!(n > 50, "{n} objects appended");
+        let k = n - 5;
+        let mut rolled = state.roll_back(&buf, k, None).unwrap();
+        state.keep_mirror(buf);
+        state.append(&mut rolled, &object(1000, "a.js")).unwrap();
+        let parsed = Parsed { bytes: rolled };
+        let dwarf = parsed.dwarf();
+        let mut units = dwarf.units();
+        let mut checked = 0;
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let mut claimed: Vec<(u64, u64)> = Vec::new();
+            let mut ranges = dwarf.unit_ranges(&unit).unwrap();
+            while let Some(r) = ranges.next().unwrap() {
+                claimed.push((r.begin, r.end));
+            }
+            let mut functions: Vec<(u64, u64)> = Vec::new();
+            let mut entries = unit.entries();
+            while let Some(e) = entries.next_dfs().unwrap() {
+                if e.tag() == gimli::DW_TAG_subprogram {
+                    let mut ranges = dwarf.die_ranges(&unit, e).unwrap();
+                    while let Some(r) = ranges.next().unwrap() {
+                        functions.push((r.begin, r.end));
+                    }
+                }
+            }
+            claimed.sort_unstable();
+            functions.sort_unstable();
+            // Neighbours may share one range; what is claimed is what the functions cover.
+            let merge = |v: Vec<(u64, u64)>| {
+                let mut out: Vec<(u64, u64)> = Vec::new();
+                for (b, e) in v {
+                    match out.last_mut() {
+                        Some(last) if last.1 >= b => last.1 = last.1.max(e),
+                        _ => out.push((b, e)),
+                    }
+                }
+                out
+            };
+            assert_eq!(
+                merge(claimed),
+                merge(functions),
+                "unit at {:?}",
+                unit.header.offset()
+            );
+            checked += 1;
+        }
+        assert!(checked > 3, "{checked} units");
+    }
+
     /// Rollbacks one after another, each reusing the payload the one before replaced (the
     /// mirror), between appends of objects of two source files in turns (so the unit open at
     /// one rollback may be closed at the next): the payload is, section by section and line
@@ -1295,9 +1416,12 @@ mod tests {
             let (mut buf, mut state) = Growing::new(None).unwrap();
             let mut live: Vec<u64> = Vec::new();
             let mut next = 0;
-            for _round in 0..8 {
+            // (Until the payload is full: every unit an object opens has room for 64.)
+            'rounds: for _round in 0..8 {
                 for _ in 0..1 + r.below(6) {
-                    state.append(&mut buf, &object(next)).unwrap().unwrap();
+                    if !matches!(state.append(&mut buf, &object(next)), Ok(Some(_))) {
+                        break 'rounds;
+                    }
                     live.push(next);
                     next += 1;
                 }

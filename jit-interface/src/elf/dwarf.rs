@@ -296,9 +296,9 @@ pub(super) fn all_abbreviations(out: &mut Vec<u8>) {
     info.abbrev_section(out);
 }
 
-/// Abbreviation code of a compile unit without address attributes, with lines: what the
-/// units that growing payloads extend object after object use (`append.rs`; readers take
-/// such a unit's addresses from its subprograms). Not one `build` writes.
+/// Abbreviation code of a compile unit whose addresses are a range list, with lines: what
+/// the units that growing payloads extend object after object use (`append.rs`: each
+/// function joining the unit adds its range to the list). Not one `build` writes.
 pub(super) const OPEN_UNIT_CODE: u8 = 0x7f;
 /// A subprogram of an open unit: name, address and a 16-bit size, 15 bytes, so that with
 /// the 0 after it, joining the unit is one 16-byte store (see [`open_subprogram`]).
@@ -318,6 +318,8 @@ pub(super) fn growing_abbreviations(out: &mut Vec<u8>) {
         &[
             (dw::DW_AT_name, dw::DW_FORM_string),
             (dw::DW_AT_language, dw::DW_FORM_data1),
+            (dw::DW_AT_low_pc, dw::DW_FORM_addr),
+            (dw::DW_AT_ranges, dw::DW_FORM_sec_offset),
             (dw::DW_AT_stmt_list, dw::DW_FORM_sec_offset),
         ],
     );
@@ -350,12 +352,16 @@ pub(super) fn open_subprogram(name: u32, low: u64, size: u32) -> Option<[u8; 16]
 }
 
 /// Writes the header and top entry of an open unit (see [`OPEN_UNIT_CODE`]) for `file`
-/// with its line program at `stmt_list`; its length is patched by the caller.
-pub(super) fn open_unit(out: &mut Vec<u8>, file: &str, stmt_list: u32) {
+/// with its line program at `stmt_list` and its range list at `ranges`; its length is
+/// patched by the caller.
+pub(super) fn open_unit(out: &mut Vec<u8>, file: &str, stmt_list: u32, ranges: u32) {
     out.extend_from_slice(&[0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8]);
     out.u8(OPEN_UNIT_CODE);
     out.cstr(file);
     out.u8(dw::DW_LANG_C99.0 as u8);
+    // Base address 0: the range list holds absolute addresses.
+    out.u64(0);
+    out.u32(ranges);
     out.u32(stmt_list);
 }
 
