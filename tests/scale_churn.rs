@@ -67,20 +67,21 @@ fn churn_under_gdb(format: &str, threads: u32, ops: u32) {
 /// Checks GDB's answers in `text` to the slot queries `q` (the host's `SCALE_HOST_QUERIES`
 /// file, `threads` x 64 slots).
 fn check_slots(q: &str, text: &str, threads: u32) {
-    // Expected: `# EXPECT ADDR NAME|-`, written by the host from its live set.
-    let expected: Vec<(String, String)> = q
+    // Expected: `# EXPECT ADDR NAME FILE` (or `- -`), written by the host from its live set.
+    let expected: Vec<(String, String, String)> = q
         .lines()
         .filter_map(|l| l.strip_prefix("# EXPECT "))
         .map(|l| {
-            let (a, n) = l.split_once(' ').expect("EXPECT line");
-            (a.to_string(), n.to_string())
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.len(), 3, "EXPECT line: {l}");
+            (f[0].to_string(), f[1].to_string(), f[2].to_string())
         })
         .collect();
     assert_eq!(expected.len(), 64 * threads as usize, "one query per slot");
-    let live = expected.iter().filter(|(_, n)| n != "-").count();
+    let live = expected.iter().filter(|(_, n, _)| n != "-").count();
     assert!(live > 0, "the churn left nothing registered:\n{text}");
     let mut wrong = Vec::new();
-    for (addr, name) in &expected {
+    for (addr, name, file) in &expected {
         let marker = format!("SLOT-QUERY {addr}\n");
         let at = text
             .find(&marker)
@@ -90,8 +91,12 @@ fn check_slots(q: &str, text: &str, threads: u32) {
             .split_once(" <")
             .and_then(|(_, rest)| rest.split(['>', '+']).next())
             .unwrap_or("-");
-        if named != name {
-            wrong.push(format!("{addr}: host has {name}, GDB says `{answer}`"));
+        // A live function's first line row: line 10, at its first byte, in its file.
+        let line_ok = name == "-" || answer.starts_with(&format!("Line 10 of \"{file}\""));
+        if named != name || !line_ok {
+            wrong.push(format!(
+                "{addr}: host has {name} in {file}, GDB says `{answer}`"
+            ));
         }
     }
     assert!(
@@ -226,15 +231,19 @@ fn scale_churn_without_debugger_then_lldb_attach_and_core_elf() {
     );
     let q = std::fs::read_to_string(dir.join("queries.gdb"))
         .unwrap_or_else(|e| panic!("the host wrote no query file ({e})"));
-    let expected: Vec<(&str, &str)> = q
+    // `# EXPECT ADDR NAME FILE`.
+    let expected: Vec<(&str, &str, &str)> = q
         .lines()
-        .filter_map(|l| l.strip_prefix("# EXPECT ")?.split_once(' '))
+        .filter_map(|l| {
+            let mut f = l.strip_prefix("# EXPECT ")?.split(' ');
+            Some((f.next()?, f.next()?, f.next()?))
+        })
         .collect();
     assert_eq!(expected.len(), 64 * threads, "one query per slot");
     // A lookup that finds nothing is an error, which would end a batch of `-o` commands.
     let lookups = dir.join("lookups.lldb");
     let text: String = (expected.iter())
-        .map(|(addr, _)| format!("image lookup -a {addr}\n"))
+        .map(|(addr, ..)| format!("image lookup -a {addr}\n"))
         .collect();
     std::fs::write(&lookups, text).expect("write the LLDB commands");
     let lldb = |target: &[String], last: &[&str]| {
@@ -277,11 +286,12 @@ fn scale_churn_without_debugger_then_lldb_attach_and_core_elf() {
     check_lldb_slots(&expected, &post_mortem);
 }
 
-/// Checks LLDB's answers in `text` to `image lookup -a ADDR` for every `(ADDR, NAME|-)`.
-fn check_lldb_slots(expected: &[(&str, &str)], text: &str) {
+/// Checks LLDB's answers in `text` to `image lookup -a ADDR` for every `(ADDR, NAME|-,
+/// FILE|-)`.
+fn check_lldb_slots(expected: &[(&str, &str, &str)], text: &str) {
     let mut wrong = Vec::new();
     let mut live = 0;
-    for (addr, name) in expected {
+    for (addr, name, file) in expected {
         let marker = format!("(lldb) image lookup -a {addr}\n");
         let at = text
             .find(&marker)
@@ -292,12 +302,12 @@ fn check_lldb_slots(expected: &[(&str, &str)], text: &str) {
             !answer.contains("JIT(")
         } else {
             live += 1;
-            // `Summary: JIT(0x...)`NAME at scale.js:LINE`
-            answer.contains(&format!("`{name} at scale.js:"))
+            // `Summary: JIT(0x...)`NAME at FILE:LINE`: the function's first line, 10.
+            answer.contains(&format!("`{name} at {file}:10"))
         };
         if !ok {
             wrong.push(format!(
-                "{addr}: host has {name}, LLDB says `{}`",
+                "{addr}: host has {name} in {file}, LLDB says `{}`",
                 answer.trim()
             ));
         }

@@ -58,15 +58,19 @@ pub extern "C" fn scale_host_checkpoint(live: usize) -> usize {
 #[no_mangle]
 pub static SCALE_HOST_GO: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 
-/// Writes GDB commands asking for every slot's address (slot `i` at `base + i * FN_SIZE`)
-/// to `path`, each after the name the host has there (`# EXPECT ADDR NAME|-`).
+/// Writes GDB commands asking for every slot's address (slot `i` at `base + i * FN_SIZE`,
+/// `SLOTS` per `churn` thread) to `path`, each after the name the host has there and the file of
+/// its lines (`# EXPECT ADDR NAME FILE`, or `# EXPECT ADDR - -`).
 fn write_queries(path: &std::ffi::OsStr, base: u64, slots: &[Option<(String, Registration)>]) {
     let mut q = String::new();
     for (i, slot) in slots.iter().enumerate() {
         let addr = base + i as u64 * FN_SIZE;
-        let name = slot.as_ref().map_or("-", |(n, _)| n.as_str());
+        let (name, file) = match slot {
+            Some((n, _)) => (n.as_str(), churn_file(i as u64 / SLOTS)),
+            None => ("-", "-"),
+        };
         q += &format!(
-            "# EXPECT {addr:#x} {name}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
+            "# EXPECT {addr:#x} {name} {file}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
         );
     }
     std::fs::write(path, q).expect("write the query file");
@@ -133,16 +137,29 @@ const ROWS: [LineRow; 8] = {
 static SPREAD_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn add(obj: &mut JitObject, name: &str, start: u64) {
+    add_in(obj, name, start, "scale.js");
+}
+
+/// [`add`], the lines in `file`.
+#[inline(always)]
+fn add_in(obj: &mut JitObject, name: &str, start: u64, file: &str) {
     let f = obj.add_function(name, start, FN_SIZE).expect("function");
     if SPREAD_LINES.load(std::sync::atomic::Ordering::Relaxed) {
         set_spread_lines(obj, f, start);
     } else {
         // Through `black_box`: a runtime's rows are not known to the compiler, whose checks
         // `set_lines` would otherwise fold away for this constant array.
-        obj.set_lines(f, "scale.js", std::hint::black_box(&ROWS))
+        obj.set_lines(f, file, std::hint::black_box(&ROWS))
             .expect("lines");
     }
     obj.set_frame_pointer(f, 1, 4).expect("frame");
+}
+
+/// The source file of the functions `churn` thread `t` registers: two files, by thread, so
+/// that objects of both meet in every payload (each source file has a compile unit of its
+/// own, opened and closed as they alternate).
+fn churn_file(t: u64) -> &'static str {
+    ["scale.js", "other.js"][(t % 2) as usize]
 }
 
 /// Out of line: the default shape costs the benchmark nothing for it.
@@ -386,8 +403,10 @@ fn touch(pages: u64) {
     );
 }
 
+/// Code slots per `churn` thread.
+const SLOTS: u64 = 64;
+
 fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
-    const SLOTS: u64 = 64;
     let base = code_area(threads * SLOTS);
     let t0 = Instant::now();
     let handles: Vec<_> = (0..threads)
@@ -406,7 +425,8 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
                         None => {
                             let name = format!("sc_{t}_{s}_{op}");
                             let mut obj = JitObject::new();
-                            add(&mut obj, &name, base + (t * SLOTS + s) * FN_SIZE);
+                            let start = base + (t * SLOTS + s) * FN_SIZE;
+                            add_in(&mut obj, &name, start, churn_file(t));
                             let r = jit_interface::register(&obj, format).expect("register");
                             slots[s as usize] = Some((name, r));
                         }
