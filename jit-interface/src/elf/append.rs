@@ -77,10 +77,13 @@ const FRAME_R: usize = 5;
 /// The section of each region (`.debug_str` and `.strtab` are one table with two headers).
 const REGION_SECTION: [usize; REGIONS] = [DEBUG_STR, SYMTAB, INFO, LINE, RANGES, FRAME];
 /// Bytes of each region per function the payload is sized for. The benchmark shape takes
-/// 21 (name), 24, about 56 (a unit of its own), 71 (a line program of its own), 16 (its
-/// range in an open unit's list, whose room is 16 bytes per entry) and 32; the rest is
-/// room for longer names, file names and frame descriptions.
-const SHARE: [usize; REGIONS] = [40, 24, 64, 80, 24, 40];
+/// 21 (name), 24, about 56 (a unit of its own; about 16 in an open unit, whose room is 15
+/// bytes per entry), 71 (a line program of its own; about 26 as a sequence of an open
+/// unit's), 16 (its range in an open unit's list, whose room is 16 bytes per entry) and
+/// 32; the rest is room for longer names, file names and frame descriptions, and for the
+/// rooms of open units that objects of several files in turns leave partly empty (each
+/// file change opens a unit).
+const SHARE: [usize; REGIONS] = [40, 24, 64, 64, 40, 40];
 
 /// A run of adjacent code with a `.text` section of its own.
 #[derive(Debug, Clone, Copy)]
