@@ -945,6 +945,11 @@ impl Growing {
             pair[8..].copy_from_slice(&p.f.end().to_le_bytes());
             pair
         });
+        // (Joining or opening a unit is planned for one function only: never refused here.
+        // Nothing written so far is part of the payload yet.)
+        let Some(range) = range.or(matches!(plan, UnitPlan::Own).then_some([0; 16])) else {
+            return Ok(None);
+        };
         let info_at = self.start[INFO_R] + self.used[INFO_R];
         let line_at = self.start[LINE_R] + self.used[LINE_R];
         // The open unit after this object (`None`: closed).
@@ -970,7 +975,7 @@ impl Growing {
                 // The range list: the function's range, then zeros (the list's end).
                 let ranges_at = self.start[RANGES_R] + self.used[RANGES_R];
                 let ranges_limit = ranges_at + 16 * OPEN_ENTRIES;
-                buf[ranges_at..ranges_at + 16].copy_from_slice(&range.expect("one function"));
+                buf[ranges_at..ranges_at + 16].copy_from_slice(&range);
                 buf[ranges_at + 16..ranges_limit + 16].fill(0);
                 let head = self.unit_head.len();
                 buf[info_at..info_at + head].copy_from_slice(&self.unit_head);
@@ -1075,7 +1080,7 @@ impl Growing {
             self.sections = sections;
         }
         publish(buf);
-        if let (UnitPlan::Extend { .. }, Some(old), Some(range)) = (&plan, self.open, range) {
+        if let (UnitPlan::Extend { .. }, Some(old)) = (&plan, self.open) {
             // The unit claims the function's addresses (one store: a debugger sees the
             // list end before it or after it), before its entry names the function.
             store16(buf, old.ranges_next, range);
