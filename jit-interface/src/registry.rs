@@ -16,7 +16,8 @@
 //!   (`elf::Growing`: each object is encoded once, into its place; an object whose
 //!   functions have lines in one file is read back from the payload for rewrites, others
 //!   keep their compact record); an ELF payload has no live check, so unregistering
-//!   rewrites the batch: a recent object is rolled back (`State::regrow`), a batch's first
+//!   rewrites the batch: a recent object is rolled back (`State::regrow`; the payload
+//!   that filled up last rolls back too, see `State::retire`), a batch's first
 //!   or last object splits its end off (`State::peel`, also under a debugger: code dropped
 //!   in order rewrites small entries), other objects make the batch be re-encoded whole.
 //!   [`unregister_many`] takes many out with one rewrite per batch.
@@ -402,6 +403,10 @@ struct State {
     open: [u64; 2],
     /// The growing ELF batch (x86-64: the ELF encoder's only architecture), or `FREE`.
     growing: u64,
+    /// The last growing batch that filled up, or `FREE`: it keeps its growing state (no
+    /// more appends), so that a recent object leaving it is rolled back like one of the
+    /// growing batch (see `retire`).
+    retired: u64,
     /// A growing payload's buffer no longer linked, for the next one (see
     /// `elf::Growing::new`): a growing batch rewritten at every unregistration would
     /// otherwise allocate (and zero) a fresh one each time.
@@ -1193,10 +1198,36 @@ impl State {
                     }
                 }
             }
-            // Full (or no room for this object): it stays as it is, sealed.
-            self.seal(batch_id);
+            // Full (or no room for this object): it takes no more.
+            self.retire(batch_id);
         }
         self.grow_new(id, object, record)
+    }
+
+    /// Growing batch `batch_id` takes no more objects, but keeps its growing state (and
+    /// seals the batch retired before it): objects registered just before it filled up
+    /// leave it by a rollback, as they would have left it while it grew.
+    ///
+    /// Why: a tiering runtime unregisters an object soon after registering it; when the
+    /// object registered just before a payload filled up leaves it, a sealed payload is
+    /// re-encoded whole (about 900 objects, 100 us). With drops at a fixed period, that can
+    /// happen after every payload that fills up (measured: `scale_host tier 100000 10 elf`
+    /// went from 680 to 1,030 ns per registration when a payload's size changed by 7%).
+    fn retire(&mut self, batch_id: u64) {
+        let previous = std::mem::replace(&mut self.retired, FREE);
+        if previous != FREE && previous != batch_id {
+            self.seal(previous);
+        }
+        if self.growing == batch_id {
+            self.growing = FREE;
+        }
+        if self
+            .batches
+            .get(batch_id)
+            .is_some_and(|b| b.growing.is_some())
+        {
+            self.retired = batch_id;
+        }
     }
 
     /// `append_growing` when there is no growing batch with room: a new one, holding
@@ -1256,7 +1287,7 @@ impl State {
     /// A debugger is attached: open batches stop growing in place (it has read them, on
     /// attach, or is told about them by `republish`).
     fn close_open_batches(&mut self) {
-        for b in self.open.into_iter().chain([self.growing]) {
+        for b in self.open.into_iter().chain([self.growing, self.retired]) {
             if b != FREE {
                 self.seal(b);
             }
@@ -1272,6 +1303,9 @@ impl State {
         }
         if self.growing == batch_id {
             self.growing = FREE;
+        }
+        if self.retired == batch_id {
+            self.retired = FREE;
         }
     }
 
@@ -1998,7 +2032,11 @@ impl State {
             return;
         }
         if let Some(pos) = pos {
+            // A retired batch rolls back its recent objects only: appending most of a full
+            // payload again costs more than encoding it (and an end is peeled below).
+            let recent = batch_id == self.growing || batch.members.len() - pos < PEEL;
             if batch.growing.is_some()
+                && recent
                 && !descriptor::debugger_attached()
                 && self.regrow(batch_id, pos)
             {
