@@ -436,6 +436,19 @@ impl<'a> Function<'a> {
     pub(crate) fn name_bytes(&self) -> &'a [u8] {
         &self.object.text.as_bytes()[self.entry.name.range()]
     }
+    /// `N` bytes from the name's start (the name, then what follows it in the object's
+    /// storage), if the name is shorter than `N` and that many bytes follow: an encoder
+    /// copies them as a block of constant size (no call to `memcpy`) and keeps the name's.
+    #[cfg(feature = "runtime")]
+    #[inline]
+    pub(crate) fn name_block<const N: usize>(&self) -> Option<&'a [u8; N]> {
+        let Span { at, len } = self.entry.name;
+        if len as usize >= N {
+            return None;
+        }
+        let at = at as usize;
+        self.object.text.as_bytes().get(at..at + N)?.try_into().ok()
+    }
     /// Address of the first instruction.
     pub fn start(&self) -> u64 {
         self.entry.start

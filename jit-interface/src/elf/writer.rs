@@ -23,6 +23,7 @@ use object::elf;
 
 use super::gdb_index;
 use super::layout::Layout;
+use crate::model::Function;
 
 /// A non-ALLOC data section.
 pub(super) struct DataSection<'a> {
@@ -172,6 +173,24 @@ impl Out {
         self.bytes.extend_from_slice(b);
     }
 
+    /// The name of `f` and a NUL. Names are short: most are copied as a block of fixed
+    /// size (a `memcpy` call per name cost more than the rest of its symbol).
+    #[inline]
+    fn put_name(&mut self, f: Function<'_>) {
+        let end = self.bytes.len() + f.name_bytes().len();
+        match f.name_block::<32>() {
+            Some(block) => {
+                self.bytes.extend_from_slice(block);
+                self.bytes[end] = 0;
+                self.bytes.truncate(end + 1);
+            }
+            None => {
+                self.bytes.extend_from_slice(f.name_bytes());
+                self.bytes.push(0);
+            }
+        }
+    }
+
     /// The next `N` bytes, zero, to be filled in place.
     #[inline]
     fn next<const N: usize>(&mut self) -> &mut [u8; N] {
@@ -301,8 +320,7 @@ pub(super) fn write(
     // The string table: the names in layout order (`Layout::name_offsets`), after a NUL.
     out.put(&[0]);
     for p in &layout.functions {
-        out.put(p.f.name_bytes());
-        out.put(&[0]);
+        out.put_name(p.f);
     }
     debug_assert_eq!(out.bytes.len(), strings_at + strings_len);
     out.put(names);
