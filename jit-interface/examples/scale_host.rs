@@ -30,7 +30,8 @@
 //!                                       stop in scale_host_checkpoint again and sleep
 //! ```
 //! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
-//! function's lines at its own place in the source (default: every function has lines 10-17).
+//! function's lines at its own place in the source (default: every function has lines 10-17);
+//! `SCALE_HOST_FILES=N` puts function `j`'s in file `j % N` of N (default: all in one).
 //! With `SCALE_HOST_DEFERRED=M` the
 //! registry runs in deferred mode, announcing every M registrations (`reg` flushes the rest
 //! at the end, timed as `TOTAL flush`).
@@ -137,8 +138,21 @@ const ROWS: [LineRow; 8] = {
 static SPREAD_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn add(obj: &mut JitObject, name: &str, start: u64) {
-    add_in(obj, name, start, "scale.js");
+    match FILES.get() {
+        Some(files) => add_in(
+            obj,
+            name,
+            start,
+            &files[(start / FN_SIZE) as usize % files.len()],
+        ),
+        None => add_in(obj, name, start, "scale.js"),
+    }
 }
+
+/// `SCALE_HOST_FILES=N`: function `j`'s lines are in file `j % N` of N (`file0.js`, ...),
+/// so that objects registered one by one come from N source files in turns, as a runtime
+/// compiling the functions of several scripts as they are called.
+static FILES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 /// [`add`], the lines in `file`.
 #[inline(always)]
@@ -535,6 +549,12 @@ fn main() {
         Ok(v) if v.is_empty() || v == "same" => {}
         Err(_) => {}
         Ok(v) => panic!("SCALE_HOST_LINES must be spread or same, not {v}"),
+    }
+    if let Ok(v) = std::env::var("SCALE_HOST_FILES") {
+        let n: usize = v.parse().expect("SCALE_HOST_FILES must be a number");
+        if n > 1 {
+            let _ = FILES.set((0..n).map(|i| format!("file{i}.js")).collect());
+        }
     }
     // SCALE_HOST_DEFERRED=M: deferred mode, announcing every M registrations; the pending rest
     // is flushed before the checkpoint.

@@ -184,6 +184,79 @@ fn growing_payloads_lose_recent_objects_and_keep_growing() {
     assert_eq!(jit_interface::descriptor::entry_count(), entries_before);
 }
 
+/// One-function objects of six source files registered in turns (a runtime compiling the
+/// functions of several scripts as they are called) fill growing payloads as those of one
+/// file do: each file has a compile unit open, which its functions join (where one open
+/// unit, closed at every change of file, left about 34 objects per payload), and every
+/// function reads back with its own file and lines.
+#[test]
+fn objects_of_several_files_in_turns_share_payloads() {
+    use jit_interface::descriptor::entry_count;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x6000_0000_0000u64;
+    let entries_before = entry_count();
+    let objects: Vec<JitObject> = (0..3000u64)
+        .map(|i| {
+            let mut o = object(&format!("turns_{i:04}"), base + i * 64);
+            let rows: Vec<jit_interface::LineRow> = (0..8)
+                .map(|r| jit_interface::LineRow {
+                    offset: r * 6,
+                    line: 10 + r + i as u32 % 7,
+                })
+                .collect();
+            o.set_lines(0, &format!("script{}.js", i % 6), &rows)
+                .unwrap();
+            o
+        })
+        .collect();
+    let regs: Vec<Registration> = objects
+        .iter()
+        .map(|o| jit_interface::register(o, Format::Elf).expect("register"))
+        .collect();
+    let entries = entry_count() - entries_before;
+    assert!(
+        entries <= 5,
+        "3,000 objects of 6 files in turns made {entries} entries"
+    );
+    let want: Vec<Expected> = objects.iter().flat_map(expected).collect();
+    assert_eq!(read_listed(&want), want);
+    // And each function is in a unit of its own file.
+    let mut files = std::collections::BTreeMap::new();
+    for bytes in listed_elf().1 {
+        let file = object::File::parse(&bytes[..]).expect("an ELF entry");
+        let dwarf = registry_support::dwarf_of(&file);
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let name = |v| {
+                let s = dwarf.attr_string(&unit, v).unwrap();
+                String::from_utf8_lossy(s.slice()).into_owned()
+            };
+            let mut entries = unit.entries();
+            let mut unit_file = String::new();
+            while let Some(e) = entries.next_dfs().unwrap() {
+                let Some(v) = e.attr_value(gimli::DW_AT_name) else {
+                    continue;
+                };
+                if e.tag() == gimli::DW_TAG_compile_unit {
+                    unit_file = name(v);
+                } else if e.tag() == gimli::DW_TAG_subprogram {
+                    files.insert(name(v), unit_file.clone());
+                }
+            }
+        }
+    }
+    for i in 0..3000 {
+        assert_eq!(
+            files.get(&format!("turns_{i:04}")).map(String::as_str),
+            Some(format!("script{}.js", i % 6).as_str()),
+            "the file of turns_{i:04}"
+        );
+    }
+    drop(regs);
+    assert_eq!(entry_count(), entries_before);
+}
+
 /// A payload that just filled up keeps its growing state: the objects registered just
 /// before it filled up leave it by a rollback (it stays a payload of the growing size,
 /// and the list names exactly the live functions), not by re-encoding it whole, which a

@@ -80,6 +80,24 @@ pub(crate) struct Sub {
     pub blocks: Vec<(usize, u64, u64)>,
 }
 
+/// `lines` as their sequences (each ends with a row without a line), ordered by start
+/// address: what a debugger finds for each address, whatever the order of units.
+pub(crate) fn sequences(lines: &[Line]) -> Vec<Vec<Line>> {
+    let mut out: Vec<Vec<Line>> = lines
+        .split_inclusive(|l| l.line.is_none())
+        .map(<[Line]>::to_vec)
+        .collect();
+    out.sort_by(|a, b| (a[0].address, &a[0].unit).cmp(&(b[0].address, &b[0].unit)));
+    out
+}
+
+/// `subs` ordered by address (then name), whatever the order of units.
+pub(crate) fn by_address(subs: &[Sub]) -> Vec<Sub> {
+    let mut out = subs.to_vec();
+    out.sort_by(|a, b| (a.low, &a.name).cmp(&(b.low, &b.name)));
+    out
+}
+
 impl Parsed {
     fn string(
         dwarf: &gimli::Dwarf<Slice<'_>>,
