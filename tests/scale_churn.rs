@@ -113,13 +113,21 @@ fn check_slots(q: &str, text: &str, threads: u32) {
 /// exactly the live set. In between, still attached, GDB lets the host unregister every
 /// other live object (rewriting batches made without a debugger: ELF objects read back from
 /// their payloads) and knows exactly the new live set.
-fn churn_then_attach(format: &str, threads: u32, ops: u32) {
+///
+/// `files`: the functions' lines are in that many source files (`SCALE_HOST_FILES`), slot by
+/// slot (default: two, by thread).
+fn churn_then_attach(format: &str, threads: u32, ops: u32, files: Option<u32>) {
     let dir = TempDir::new(&format!("scale-attach-{format}"));
     let queries = dir.join("queries.gdb");
     let core = dir.join("churn.core");
     // The host writes its queries there (`queries.gdb` in its directory).
     let (t, o) = (threads.to_string(), ops.to_string());
-    let host = WaitingHost::start(&scale_host(), &["churn", &t, &o, format], dir.path());
+    let files = files.map(|n| n.to_string());
+    let env: Vec<(&str, &str)> = files
+        .iter()
+        .map(|n| ("SCALE_HOST_FILES", n.as_str()))
+        .collect();
+    let host = WaitingHost::start_with(&scale_host(), &["churn", &t, &o, format], &env, dir.path());
     let gdb = |target: &[String]| {
         let mut cmd = Command::new("gdb");
         cmd.args(["-batch", "-nx"]);
@@ -187,14 +195,24 @@ fn churn_then_attach(format: &str, threads: u32, ops: u32) {
 #[test]
 fn scale_churn_without_debugger_then_attach_and_core_elf() {
     if require_tool("gdb", "scale_churn_attach_elf") {
-        churn_then_attach("elf", 4, 3000);
+        churn_then_attach("elf", 4, 3000, None);
+    }
+}
+
+/// The same with the functions' lines in 11 source files, slot by slot: more files in turns
+/// than a growing payload keeps compile units open for, so units are opened, closed to make
+/// room for another file's and rolled back all the time.
+#[test]
+fn scale_churn_of_many_files_without_debugger_then_attach_and_core_elf() {
+    if require_tool("gdb", "scale_churn_attach_many_files_elf") {
+        churn_then_attach("elf", 4, 3000, Some(11));
     }
 }
 
 #[test]
 fn scale_churn_without_debugger_then_attach_and_core_compact() {
     if require_tool("gdb", "scale_churn_attach_compact") {
-        churn_then_attach("compact", 4, 3000);
+        churn_then_attach("compact", 4, 3000, None);
     }
 }
 

@@ -67,7 +67,7 @@ fn write_queries(path: &std::ffi::OsStr, base: u64, slots: &[Option<(String, Reg
     for (i, slot) in slots.iter().enumerate() {
         let addr = base + i as u64 * FN_SIZE;
         let (name, file) = match slot {
-            Some((n, _)) => (n.as_str(), churn_file(i as u64 / SLOTS)),
+            Some((n, _)) => (n.as_str(), churn_file(i as u64 / SLOTS, i as u64 % SLOTS)),
             None => ("-", "-"),
         };
         q += &format!(
@@ -169,11 +169,14 @@ fn add_in(obj: &mut JitObject, name: &str, start: u64, file: &str) {
     obj.set_frame_pointer(f, 1, 4).expect("frame");
 }
 
-/// The source file of the functions `churn` thread `t` registers: two files, by thread, so
-/// that objects of both meet in every payload (each source file has a compile unit of its
-/// own, opened and closed as they alternate).
-fn churn_file(t: u64) -> &'static str {
-    ["scale.js", "other.js"][(t % 2) as usize]
+/// The source file of the functions `churn` thread `t` registers in its slot `s`: two files,
+/// by thread, so that objects of both meet in every payload (each source file has a compile
+/// unit of its own); with `SCALE_HOST_FILES=N`, file `(t * SLOTS + s) % N` of N.
+fn churn_file(t: u64, s: u64) -> &'static str {
+    match FILES.get() {
+        Some(files) => &files[((t * SLOTS + s) % files.len() as u64) as usize],
+        None => ["scale.js", "other.js"][(t % 2) as usize],
+    }
 }
 
 /// Out of line: the default shape costs the benchmark nothing for it.
@@ -478,7 +481,7 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
                             let name = format!("sc_{t}_{s}_{op}");
                             let mut obj = JitObject::new();
                             let start = base + (t * SLOTS + s) * FN_SIZE;
-                            add_in(&mut obj, &name, start, churn_file(t));
+                            add_in(&mut obj, &name, start, churn_file(t, s));
                             let r = jit_interface::register(&obj, format).expect("register");
                             slots[s as usize] = Some((name, r));
                         }

@@ -651,9 +651,20 @@ pub struct WaitingHost {
 impl WaitingHost {
     /// Starts `program ARGS wait` in `dir` and waits for `ready pid=`.
     pub fn start(program: &Path, args: &[&str], dir: &Path) -> WaitingHost {
+        WaitingHost::start_with(program, args, &[], dir)
+    }
+
+    /// [`WaitingHost::start`], with `env` set for the program.
+    pub fn start_with(
+        program: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        dir: &Path,
+    ) -> WaitingHost {
         let mut child = Command::new(program)
             .args(args)
             .arg("wait")
+            .envs(env.iter().copied())
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
