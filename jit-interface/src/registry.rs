@@ -131,6 +131,13 @@ impl EntryCell {
     }
 }
 
+/// An object a rollback appends again (`State::regrow`): from its model, or copied from
+/// the payload (a plain object, where its index entry says).
+enum Again {
+    Model(Arc<JitObject>),
+    Copy(crate::elf::GrowingPlain),
+}
+
 /// Where a member's data is in its batch. 32-bit fields: one is kept per registered object,
 /// and every byte kept per registration is paid for (memory touched for the first time costs
 /// about as much as encoding a record).
@@ -1895,23 +1902,23 @@ impl State {
             batch.growing = Some(growing);
             return false;
         }
-        // The objects to append again, read before the payload is cut (a plain one from the
-        // payload itself, at its index there).
+        // The objects to append again, found before the payload is cut: a plain one is
+        // copied from the payload itself (where its index entry says), others from their
+        // model.
         let mut again = Vec::with_capacity(members - pos);
         for s in &batch.members[pos..] {
-            let model = match self.models.get(s.id as usize) {
-                Some(Some(model)) => Some(Arc::clone(model)),
-                _ if s.len > 0 => decode_record(&batch.records, s).map(Arc::new),
-                _ => growing
-                    .index()
-                    .object(&batch.buf, s.at as usize)
-                    .map(Arc::new),
+            let item = match self.models.get(s.id as usize) {
+                Some(Some(model)) => Some(Again::Model(Arc::clone(model))),
+                _ if s.len > 0 => {
+                    decode_record(&batch.records, s).map(|m| Again::Model(Arc::new(m)))
+                }
+                _ => growing.index().plain(s.at as usize).map(Again::Copy),
             };
-            let Some(model) = model else {
+            let Some(item) = item else {
                 batch.growing = Some(growing);
                 return false;
             };
-            again.push(model);
+            again.push(item);
         }
         self.regrown += suffix;
         let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.pop()) else {
@@ -1920,15 +1927,27 @@ impl State {
         };
         // The objects `again` take the places `pos..` (in append order).
         let mut places = Vec::with_capacity(again.len());
-        for (k, model) in (pos..).zip(&again) {
-            if !matches!(growing.append(&mut buf, model), Ok(Some(_))) {
+        for (k, item) in (pos..).zip(&again) {
+            let appended = match item {
+                Again::Model(model) => growing.append(&mut buf, model),
+                Again::Copy(p) => growing.append_copy(&mut buf, &batch.buf, *p),
+            };
+            if !matches!(appended, Ok(Some(_))) {
                 // The batch stays as it was (`buf` is dropped), sealed: its objects before
                 // `pos` are read back through the index (the same bytes in both payloads),
-                // those after keep the models read above.
+                // those after get models: the ones found above, or read back from the
+                // payload where their index entries (before the cut) said.
                 let ids: Vec<u32> = batch.members[pos..].iter().map(|s| s.id).collect();
+                let models: Vec<Option<Arc<JitObject>>> = again
+                    .into_iter()
+                    .map(|item| match item {
+                        Again::Model(model) => Some(model),
+                        Again::Copy(p) => growing.index().object_at(&batch.buf, p).map(Arc::new),
+                    })
+                    .collect();
                 batch.growing = Some(growing);
-                for (id, model) in ids.into_iter().zip(again) {
-                    self.set_model(id, Some(model));
+                for (id, model) in ids.into_iter().zip(models) {
+                    self.set_model(id, model);
                 }
                 self.seal(batch_id);
                 return false;
@@ -1937,7 +1956,7 @@ impl State {
         }
         // Read back, but not plain when appended again (not expected): they keep the model.
         let mut keep = Vec::new();
-        for ((s, plain), (k, model)) in batch.members[pos..]
+        for ((s, plain), (k, item)) in batch.members[pos..]
             .iter_mut()
             .zip(places)
             .zip((pos..).zip(again))
@@ -1948,11 +1967,15 @@ impl State {
             if plain {
                 s.at = k as u32;
             } else {
+                let model = match item {
+                    Again::Model(model) => Some(model),
+                    Again::Copy(p) => growing.index().object_at(&batch.buf, p).map(Arc::new),
+                };
                 keep.push((s.id, model));
             }
         }
         for (id, model) in keep {
-            self.set_model(id, Some(model));
+            self.set_model(id, model);
         }
         let mut cell = EntryCell::new();
         *cell.entry.get_mut() = JitCodeEntry::new(&buf);

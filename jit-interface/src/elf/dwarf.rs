@@ -969,6 +969,28 @@ pub(super) fn read_line_sequence(
     bytes: &[u8],
     rows: &mut Vec<LineRow>,
 ) -> Option<(u64, u64, usize)> {
+    walk_line_sequence(bytes, |offset, line| {
+        rows.push(LineRow {
+            offset: u32::try_from(offset).ok()?,
+            line: u32::try_from(line).ok()?,
+        });
+        Some(())
+    })
+}
+
+/// The start, end and length in bytes of the sequence at the start of `bytes`, as
+/// [`read_line_sequence`] reads it, without its rows.
+pub(super) fn line_sequence_extent(bytes: &[u8]) -> Option<(u64, u64, usize)> {
+    walk_line_sequence(bytes, |_, _| Some(()))
+}
+
+/// Reads the sequence at the start of `bytes` (see [`read_line_sequence`]), calling `row`
+/// with each row's offset from its start and its line.
+#[inline(always)]
+fn walk_line_sequence(
+    bytes: &[u8],
+    mut row: impl FnMut(u64, i64) -> Option<()>,
+) -> Option<(u64, u64, usize)> {
     let mut g = Reader::new(bytes);
     if (
         g.u8("a line sequence").ok()?,
@@ -986,10 +1008,7 @@ pub(super) fn read_line_sequence(
             let n = u64::from(op - OPCODE_BASE);
             address = address.checked_add(n / LINE_RANGE)?;
             line = line.checked_add((n % LINE_RANGE) as i64 + LINE_BASE)?;
-            rows.push(LineRow {
-                offset: u32::try_from(address - start).ok()?,
-                line: u32::try_from(line).ok()?,
-            });
+            row(address - start, line)?;
             continue;
         }
         match dw::DwLns(op) {

@@ -25,7 +25,9 @@ mod writer;
 
 use crate::error::{Error, Result};
 use crate::model::{Arch, JitObject};
-pub(crate) use append::{Growing, Index as GrowingIndex, PAYLOAD as GROWING_PAYLOAD};
+pub(crate) use append::{
+    Growing, Index as GrowingIndex, Plain as GrowingPlain, PAYLOAD as GROWING_PAYLOAD,
+};
 
 /// Objects of up to this many functions get a `.gdb_index` (see `gdb_index.rs`).
 const INDEXED_FUNCTIONS: usize = 8;
