@@ -234,7 +234,24 @@ fn install_demo_script() -> Result<PathBuf, String> {
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| format!("cannot write the demo script {}: {e}", path.display()))?;
     }
+    // The script is part of the executable, so no newer than it: GDB warns "Source file is
+    // more recent than executable" for functions its reader made (it compares their source
+    // files with the program's file), which a script written at the first run always was.
+    // Best effort: at worst GDB prints that warning.
+    let _ = age_like_executable(&path);
     Ok(path)
+}
+
+/// Sets the modification time of `path` to the executable's, if it is later.
+fn age_like_executable(path: &Path) -> std::io::Result<()> {
+    let exe = std::fs::metadata(std::env::current_exe()?)?.modified()?;
+    if std::fs::metadata(path)?.modified()? > exe {
+        std::fs::File::options()
+            .write(true)
+            .open(path)?
+            .set_modified(exe)?;
+    }
+    Ok(())
 }
 
 /// Creates a new private directory under the temp dir.
