@@ -1547,13 +1547,7 @@ mod tests {
                 // Adjacent one-function objects: every run extended.
                 objects = (0..20).map(|i| small(i, 0x20_0000 + i * 64)).collect();
             }
-            let (mut buf, mut growing) = Growing::new(None).unwrap();
-            let mut appended = Vec::new();
-            for o in &objects {
-                if let Ok(Some(_)) = growing.append(&mut buf, o) {
-                    appended.push(o);
-                }
-            }
+            let (buf, growing, appended) = grown(&objects);
             if appended.is_empty() {
                 continue;
             }
@@ -1726,6 +1720,19 @@ mod tests {
         }
     }
 
+    /// A new payload with `objects` appended in order, its state, and the objects it took
+    /// (it refuses some: call sites, overlapping code, no room).
+    fn grown(objects: &[JitObject]) -> (Vec<u8>, Growing, Vec<&JitObject>) {
+        let (mut buf, mut growing) = Growing::new(None).unwrap();
+        let mut appended = Vec::new();
+        for o in objects {
+            if let Ok(Some(_)) = growing.append(&mut buf, o) {
+                appended.push(o);
+            }
+        }
+        (buf, growing, appended)
+    }
+
     /// Plain objects appended again by copying their bytes from the payload
     /// ([`Growing::append_copy`], what a rollback does) make, byte for byte, the payload
     /// appending their models makes; from a cut or foreign payload nothing is appended, and
@@ -1747,13 +1754,7 @@ mod tests {
                         several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)
                     }))
                     .collect();
-            let (mut buf, mut growing) = Growing::new(None).unwrap();
-            let mut appended = Vec::new();
-            for o in &objects {
-                if let Ok(Some(_)) = growing.append(&mut buf, o) {
-                    appended.push(o);
-                }
-            }
+            let (buf, growing, appended) = grown(&objects);
             // Everything rolled back, then appended again (as `State::regrow` does).
             let plains: Vec<_> = (0..appended.len())
                 .map(|k| growing.index().plain(k))
@@ -1811,13 +1812,7 @@ mod tests {
                         several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)
                     }))
                     .collect();
-            let (mut buf, mut growing) = Growing::new(None).unwrap();
-            let mut appended = Vec::new();
-            for o in &objects {
-                if let Ok(Some(_)) = growing.append(&mut buf, o) {
-                    appended.push(o);
-                }
-            }
+            let (buf, growing, appended) = grown(&objects);
             let index = growing.index();
             let (mut again, mut again_state) = Growing::new(None).unwrap();
             let mut models = Vec::new();
