@@ -1664,8 +1664,9 @@ mod tests {
     }
 
     /// Rollbacks one after another, each reusing the payload the one before replaced (the
-    /// mirror), between appends of objects of two to six source files in turns (so a unit
-    /// open at one rollback may be closed at the next): the payload is, section by section and line
+    /// mirror), between appends of objects of 2 to 11 source files in turns (so a unit open
+    /// at one rollback may be closed at the next, or closed to make room for another file's):
+    /// the payload is, section by section and line
     /// by line, the payload of the objects left appended in order. (A mirror once kept the
     /// line program length of the unit open at its rollback from before it, which the next
     /// rollback did not copy again: a unit claiming sequences that another unit's header
@@ -1676,10 +1677,10 @@ mod tests {
             let mut r = crate::elf::test_support::Rng::new(seed);
             let run = 1 + r.below(4);
             // Two files, or more than there are open units (each new one closes another).
-            let files = [2, 3, 6][seed as usize % 3];
+            let files = [2, 3, 6, 11][seed as usize % 4];
+            let names: Vec<String> = (0..files).map(|f| format!("f{f}.js")).collect();
             let object = |i: u64| {
-                let file =
-                    ["a.js", "b.js", "c.js", "d.js", "e.js", "f.js"][((i / run) % files) as usize];
+                let file = &names[((i / run) % files) as usize];
                 small_in(i, 0x40_0000 + i * 64, file)
             };
             let (mut buf, mut state) = Growing::new(None).unwrap();
