@@ -237,14 +237,33 @@ fn scale_churn_8_threads_compact_gdb_knows_exactly_the_live_set() {
 /// function.
 #[test]
 fn scale_churn_without_debugger_then_lldb_attach_and_core_elf() {
-    if !require_tool("lldb", "scale_churn_lldb_attach_elf") {
+    churn_then_lldb("scale_churn_lldb_attach_elf", None);
+}
+
+/// The same with the slots' lines in 11 source files (see
+/// `scale_churn_of_many_files_without_debugger_then_attach_and_core_elf`).
+#[test]
+fn scale_churn_of_many_files_without_debugger_then_lldb_attach_and_core_elf() {
+    churn_then_lldb("scale_churn_lldb_attach_many_files_elf", Some(11));
+}
+
+/// See `scale_churn_without_debugger_then_lldb_attach_and_core_elf`; `files` as in
+/// `churn_then_attach`.
+fn churn_then_lldb(test: &str, files: Option<u32>) {
+    if !require_tool("lldb", test) {
         return;
     }
     let threads = 4;
     let dir = TempDir::new("scale-lldb-attach");
-    let host = WaitingHost::start(
+    let files = files.map(|n| n.to_string());
+    let env: Vec<(&str, &str)> = files
+        .iter()
+        .map(|n| ("SCALE_HOST_FILES", n.as_str()))
+        .collect();
+    let host = WaitingHost::start_with(
         &scale_host(),
         &["churn", &threads.to_string(), "3000", "elf"],
+        &env,
         dir.path(),
     );
     let q = std::fs::read_to_string(dir.join("queries.gdb"))
@@ -278,7 +297,7 @@ fn scale_churn_without_debugger_then_lldb_attach_and_core_elf() {
     };
     let attached = lldb(&["-p".into(), host.pid.to_string()], &["-o", "detach"]);
     check_lldb_slots(&expected, &attached);
-    if !require_tool("gdb", "scale_churn_lldb_core_elf") {
+    if !require_tool("gdb", &format!("{test}_core")) {
         return;
     }
     let core = dir.join("churn.core");
