@@ -587,11 +587,11 @@ w("")
 # Source files in turns: one-function ELF objects whose lines are in F files, registered in
 # turns (a runtime compiling the functions of several scripts as they are called). Each file
 # has an open compile unit in the growing payload (up to 8 at once); more files in turns
-# than that open small units.
+# than that get units of one function.
 w(f"One-function ELF objects of F source files registered in turns without a debugger "
   f"(`SCALE_HOST_FILES=F scale_host reg {NT} 1 elf`: function j's lines in file j % F; "
   "best of 3): each file has a compile unit open in the growing payload that its functions "
-  "join (up to 8 files at once; beyond, a file's functions open small units). Before "
+  "join (up to 8 files at once; beyond, units of one function). Before "
   "(one open unit, closed at each change of file), two files or more made about 2,900 "
   "entries for 100,000 functions, at about 2,200 ns each.\n")
 w("| files in turns | ns/fn | entries | payload bytes/fn |")

@@ -187,8 +187,8 @@ fn growing_payloads_lose_recent_objects_and_keep_growing() {
 /// One-function objects of six source files registered in turns (a runtime compiling the
 /// functions of several scripts as they are called) fill growing payloads as those of one
 /// file do: each file has a compile unit open, which its functions join (where one open
-/// unit, closed at every change of file, left about 34 objects per payload), and every
-/// function reads back with its own file and lines.
+/// unit, closed at every change of file, left about 34 objects per payload and a unit per
+/// function), and every function reads back with its own file and lines.
 #[test]
 fn objects_of_several_files_in_turns_share_payloads() {
     use jit_interface::descriptor::entry_count;
@@ -222,6 +222,8 @@ fn objects_of_several_files_in_turns_share_payloads() {
     assert_eq!(read_listed(&want), want);
     // And each function is in a unit of its own file.
     let mut files = std::collections::BTreeMap::new();
+    // Compile units holding these functions: each file's functions share units.
+    let mut shared_units = 0;
     for bytes in listed_elf().1 {
         let file = object::File::parse(&bytes[..]).expect("an ELF entry");
         let dwarf = registry_support::dwarf_of(&file);
@@ -234,6 +236,7 @@ fn objects_of_several_files_in_turns_share_payloads() {
             };
             let mut entries = unit.entries();
             let mut unit_file = String::new();
+            let mut ours = false;
             while let Some(e) = entries.next_dfs().unwrap() {
                 let Some(v) = e.attr_value(gimli::DW_AT_name) else {
                     continue;
@@ -241,11 +244,20 @@ fn objects_of_several_files_in_turns_share_payloads() {
                 if e.tag() == gimli::DW_TAG_compile_unit {
                     unit_file = name(v);
                 } else if e.tag() == gimli::DW_TAG_subprogram {
-                    files.insert(name(v), unit_file.clone());
+                    let function = name(v);
+                    ours |= function.starts_with("turns_");
+                    files.insert(function, unit_file.clone());
                 }
             }
+            shared_units += usize::from(ours);
         }
     }
+    // About 9 per file and payload (a unit of one function, then units of 64); with one
+    // unit open at a time, each change of file opens another: about 3,000.
+    assert!(
+        shared_units <= 250,
+        "3,000 functions of 6 files in turns are in {shared_units} compile units"
+    );
     for i in 0..3000 {
         assert_eq!(
             files.get(&format!("turns_{i:04}")).map(String::as_str),

@@ -144,8 +144,11 @@ struct OpenUnit {
 const OPEN_ENTRIES: usize = 64;
 
 /// The same for a unit opened for a file that had none open (its first, or one closed to
-/// make room for another file's): files that come back rarely leave little room unused.
-const COLD_ENTRIES: usize = 4;
+/// make room for another file's): room for its one function. A file whose functions keep
+/// coming finds its unit full but still open, and gets a large one next; functions of more
+/// files in turns than there are open units each get a unit of their own size, where room
+/// for more (4) made a payload hold 350 of them instead of about 840.
+const COLD_ENTRIES: usize = 1;
 
 /// Room for line sequences per entry, beyond the first sequence (the benchmark shape's
 /// takes 26 bytes). An object whose sequences do not fit opens a new unit for its file.
