@@ -278,7 +278,7 @@ fn objects_registered_just_before_a_payload_filled_leave_it_by_rollback() {
     use jit_interface::descriptor::entry_count;
     use registry_support::for_each_payload;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let base = 0x5f00_0000_0000u64;
+    let base = 0x6100_0000_0000u64;
     let growing_sizes = || {
         let mut sizes = Vec::new();
         for_each_payload(|p| sizes.push(p.len()));
