@@ -107,6 +107,15 @@ fn check_slots(q: &str, text: &str, threads: u32) {
     );
 }
 
+/// The churn host's environment for `files` source files (`SCALE_HOST_FILES`; none: its
+/// default).
+fn files_env(files: &Option<String>) -> Vec<(&str, &str)> {
+    files
+        .iter()
+        .map(|n| ("SCALE_HOST_FILES", n.as_str()))
+        .collect()
+}
+
 /// The same churn without a debugger (compact records appended in place and tombstoned;
 /// small ELF objects appended in place to growing payloads, rolled back or rewritten as
 /// objects leave), then GDB attaches, and then reads a core file of the process: both know
@@ -123,10 +132,7 @@ fn churn_then_attach(format: &str, threads: u32, ops: u32, files: Option<u32>) {
     // The host writes its queries there (`queries.gdb` in its directory).
     let (t, o) = (threads.to_string(), ops.to_string());
     let files = files.map(|n| n.to_string());
-    let env: Vec<(&str, &str)> = files
-        .iter()
-        .map(|n| ("SCALE_HOST_FILES", n.as_str()))
-        .collect();
+    let env = files_env(&files);
     let host = WaitingHost::start_with(&scale_host(), &["churn", &t, &o, format], &env, dir.path());
     let gdb = |target: &[String]| {
         let mut cmd = Command::new("gdb");
@@ -256,10 +262,7 @@ fn churn_then_lldb(test: &str, files: Option<u32>) {
     let threads = 4;
     let dir = TempDir::new("scale-lldb-attach");
     let files = files.map(|n| n.to_string());
-    let env: Vec<(&str, &str)> = files
-        .iter()
-        .map(|n| ("SCALE_HOST_FILES", n.as_str()))
-        .collect();
+    let env = files_env(&files);
     let host = WaitingHost::start_with(
         &scale_host(),
         &["churn", &threads.to_string(), "3000", "elf"],

@@ -324,35 +324,13 @@ impl Index {
 
     fn read(&self, buf: &[u8], p: &Plain, b: &mut ReadBuffers) -> Option<JitObject> {
         let file = self.files.get(usize::from(p.file))?;
-        let header = |index: usize| {
-            let at = FILE_HEADER + index * SECTION_HEADER;
-            buf.get(at..at + SECTION_HEADER)
-        };
-        let u64_at =
-            |b: &[u8], at: usize| Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?));
-        let names = u64_at(header(STRTAB)?, 24)? as usize;
-        // Function `i`'s symbol, and its name's bytes.
-        let symbol = |i: usize| -> Option<(&[u8], &[u8])> {
-            let at = p.sym as usize + i * SYMBOL;
-            let sym = buf.get(at..at + SYMBOL)?;
-            let name_at = u32::from_le_bytes(sym[..4].try_into().ok()?) as usize;
-            let name = buf.get(names.checked_add(name_at)?..)?;
-            Some((sym, &name[..name.iter().position(|&b| b == 0)?]))
-        };
-        // Function `i`: its name, start and size, from its symbol (a section-relative value).
-        let function = |i: usize| -> Option<(&str, u64, u32)> {
-            let (sym, name) = symbol(i)?;
-            let section = u16::from_le_bytes(sym[6..8].try_into().ok()?);
-            let base = u64_at(header(usize::from(section))?, 16)?;
-            let start = base.checked_add(u64_at(sym, 8)?)?;
-            let size = u32::try_from(u64_at(sym, 16)?).ok()?;
-            Some((std::str::from_utf8(name).ok()?, start, size))
-        };
+        // Function `i`: its name, start and size.
+        let function = |i: usize| function_at(buf, p.sym as usize + i * SYMBOL);
         let mut object = JitObject::with_arch(Arch::X86_64);
         // The object's names at once: no growing (and copying) as they come.
         let mut text = file.len();
         for i in 0..usize::from(p.count) {
-            text += symbol(i)?.1.len();
+            text += function(i)?.0.len();
         }
         object.reserve(usize::from(p.count), text);
         // The line sequence and the FDE that the functions (in address order, as both) have
@@ -529,6 +507,22 @@ struct Copied<'a> {
     size: u32,
     sequence: &'a [u8],
     fde: &'a [u8],
+}
+
+/// The function of the symbol at `at` in payload `buf`: its name, start (its section's
+/// address plus its section-relative value) and size. `None` if any of it is not there.
+fn function_at(buf: &[u8], at: usize) -> Option<(&str, u64, u32)> {
+    let u64_at = |at: usize| Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?));
+    let header = |index: usize| FILE_HEADER + index * SECTION_HEADER;
+    let sym = buf.get(at..at + SYMBOL)?;
+    let section = u16::from_le_bytes(sym[6..8].try_into().ok()?);
+    let start = u64_at(header(section.into()) + 16)?.checked_add(u64_at(at + 8)?)?;
+    let size = u32::try_from(u64_at(at + 16)?).ok()?;
+    let names = usize::try_from(u64_at(header(STRTAB) + 24)?).ok()?;
+    let name_at = u32::from_le_bytes(sym[..4].try_into().ok()?) as usize;
+    let name = buf.get(names.checked_add(name_at)?..)?;
+    let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
+    Some((name, start, size))
 }
 
 /// The section header of section `index`.
@@ -896,14 +890,7 @@ impl Growing {
     fn copied<'a>(&self, from: &'a [u8], p: &Plain) -> Option<Copied<'a>> {
         let u32_at = |at: usize| Some(u32::from_le_bytes(from.get(at..at + 4)?.try_into().ok()?));
         let u64_at = |at: usize| Some(u64::from_le_bytes(from.get(at..at + 8)?.try_into().ok()?));
-        let header = |index: usize| FILE_HEADER + index * SECTION_HEADER;
-        let sym = p.sym as usize;
-        let section = u16::from_le_bytes(from.get(sym + 6..sym + 8)?.try_into().ok()?);
-        let start = u64_at(header(section.into()) + 16)?.checked_add(u64_at(sym + 8)?)?;
-        let size = u32::try_from(u64_at(sym + 16)?).ok()?;
-        let names = usize::try_from(u64_at(header(STRTAB) + 24)?).ok()?;
-        let name = from.get(names.checked_add(u32_at(sym)? as usize)?..)?;
-        let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
+        let (name, start, size) = function_at(from, p.sym as usize)?;
         // The FDE: its CIE (the one, at 0), start and size.
         let fde = p.fde as usize;
         let len = u32_at(fde)? as usize;
