@@ -56,6 +56,8 @@ pub mod descriptor;
 #[cfg(feature = "runtime")]
 pub mod elf;
 #[cfg(feature = "runtime")]
+mod pages;
+#[cfg(feature = "runtime")]
 pub mod perf;
 #[cfg(feature = "runtime")]
 mod registry;

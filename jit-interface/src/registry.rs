@@ -823,7 +823,9 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
                 let cell = EntryCell::new();
                 let buf = match encoding {
                     Format::Compact => {
-                        let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + record_len);
+                        let len = crate::format::HEADER_LEN + record_len;
+                        let mut buf = Vec::with_capacity(len);
+                        crate::pages::prefault_spare(&mut buf, len);
                         buf.extend_from_slice(&crate::format::header(arch));
                         buf.extend_from_slice(&scratch);
                         buf
@@ -1153,6 +1155,10 @@ impl State {
         let cell = EntryCell::new();
         let mut buf =
             Vec::with_capacity(OPEN_CAPACITY.max(crate::format::HEADER_LEN + record.len()));
+        // The batch fills up before another opens (or a debugger closes it): all its pages
+        // are written, so all are faulted in at once.
+        let capacity = buf.capacity();
+        crate::pages::prefault_spare(&mut buf, capacity);
         buf.extend_from_slice(&crate::format::header(arch));
         let at = buf.len() as u32;
         buf.extend_from_slice(record);
@@ -1472,6 +1478,7 @@ impl State {
                     .sum();
                 offset32(crate::format::HEADER_LEN + live, Format::Compact)?;
                 let mut buf = Vec::with_capacity(crate::format::HEADER_LEN + live);
+                crate::pages::prefault_spare(&mut buf, crate::format::HEADER_LEN + live);
                 let mut slots = Vec::new();
                 for b in parts {
                     if buf.is_empty() {

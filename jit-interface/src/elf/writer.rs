@@ -302,6 +302,7 @@ pub(super) fn write(
 
     buf.clear();
     buf.reserve_exact(len);
+    crate::pages::prefault_spare(&mut buf, len);
     let mut out = Out { bytes: buf };
     // File header.
     // More sections than 16 bits can count: the count is in section 0's size, the index
