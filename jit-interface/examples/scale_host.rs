@@ -159,7 +159,7 @@ static FILES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 fn add_in(obj: &mut JitObject, name: &str, start: u64, file: &str) {
     let f = obj.add_function(name, start, FN_SIZE).expect("function");
     if SPREAD_LINES.load(std::sync::atomic::Ordering::Relaxed) {
-        set_spread_lines(obj, f, start);
+        set_spread_lines(obj, f, start, file);
     } else {
         // Through `black_box`: a runtime's rows are not known to the compiler, whose checks
         // `set_lines` would otherwise fold away for this constant array.
@@ -181,14 +181,14 @@ fn churn_file(t: u64, s: u64) -> &'static str {
 
 /// Out of line: the default shape costs the benchmark nothing for it.
 #[inline(never)]
-fn set_spread_lines(obj: &mut JitObject, f: jit_interface::FunctionId, start: u64) {
+fn set_spread_lines(obj: &mut JitObject, f: jit_interface::FunctionId, start: u64, file: &str) {
     let j = start / FN_SIZE;
     let first = (j.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % 5000;
     let mut rows = ROWS;
     for r in &mut rows {
         r.line += first;
     }
-    obj.set_lines(f, "scale.js", &rows).expect("lines");
+    obj.set_lines(f, file, &rows).expect("lines");
 }
 
 /// Function names: `jit_fn_` and 13 digits, 20 characters. A runtime has its names at hand,

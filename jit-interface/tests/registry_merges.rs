@@ -184,17 +184,30 @@ fn growing_payloads_lose_recent_objects_and_keep_growing() {
     assert_eq!(jit_interface::descriptor::entry_count(), entries_before);
 }
 
-/// One-function objects of six source files registered in turns (a runtime compiling the
+/// One-function objects of source files registered in turns (a runtime compiling the
 /// functions of several scripts as they are called) fill growing payloads as those of one
 /// file do: each file has a compile unit open, which its functions join (where one open
 /// unit, closed at every change of file, left about 34 objects per payload and a unit per
-/// function), and every function reads back with its own file and lines.
+/// function), and every function reads back with its own file and lines. Up to 16 files
+/// keep a unit each; with more in turns, 16 of them keep theirs, and the functions of the
+/// others get units of their own (where taking the unit of the file that joined least
+/// recently gave every function a unit of its own).
 #[test]
 fn objects_of_several_files_in_turns_share_payloads() {
-    use jit_interface::descriptor::entry_count;
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let base = 0x6000_0000_0000u64;
+    // (Files, at most this many compile units for 3,000 functions.) Six files: about 9
+    // units per file and payload (rooms for 1, 4, 16, then 64 functions). With 8 open
+    // units, taking the least recently joined one, 16 or 24 files made about 3,000 (checked).
+    for (files, max_units) in [(6, 250), (16, 400), (24, 1_600)] {
+        files_in_turns(files, max_units);
+    }
+}
+
+fn files_in_turns(files: u64, max_units: usize) {
+    use jit_interface::descriptor::entry_count;
+    let base = 0x6000_0000_0000u64 + (files << 36);
     let entries_before = entry_count();
+    let file_of = |i: u64| format!("script{}.js", i % files);
     let objects: Vec<JitObject> = (0..3000u64)
         .map(|i| {
             let mut o = object(&format!("turns_{i:04}"), base + i * 64);
@@ -204,8 +217,7 @@ fn objects_of_several_files_in_turns_share_payloads() {
                     line: 10 + r + i as u32 % 7,
                 })
                 .collect();
-            o.set_lines(0, &format!("script{}.js", i % 6), &rows)
-                .unwrap();
+            o.set_lines(0, &file_of(i), &rows).unwrap();
             o
         })
         .collect();
@@ -216,12 +228,12 @@ fn objects_of_several_files_in_turns_share_payloads() {
     let entries = entry_count() - entries_before;
     assert!(
         entries <= 5,
-        "3,000 objects of 6 files in turns made {entries} entries"
+        "3,000 objects of {files} files in turns made {entries} entries"
     );
     let want: Vec<Expected> = objects.iter().flat_map(expected).collect();
     assert_eq!(read_listed(&want), want);
     // And each function is in a unit of its own file.
-    let mut files = std::collections::BTreeMap::new();
+    let mut unit_of = std::collections::BTreeMap::new();
     // Compile units holding these functions: each file's functions share units.
     let mut shared_units = 0;
     for bytes in listed_elf().1 {
@@ -246,22 +258,21 @@ fn objects_of_several_files_in_turns_share_payloads() {
                 } else if e.tag() == gimli::DW_TAG_subprogram {
                     let function = name(v);
                     ours |= function.starts_with("turns_");
-                    files.insert(function, unit_file.clone());
+                    unit_of.insert(function, unit_file.clone());
                 }
             }
             shared_units += usize::from(ours);
         }
     }
-    // About 9 per file and payload (a unit of one function, then units of 64); with one
-    // unit open at a time, each change of file opens another: about 3,000.
     assert!(
-        shared_units <= 250,
-        "3,000 functions of 6 files in turns are in {shared_units} compile units"
+        shared_units <= max_units,
+        "3,000 functions of {files} files in turns are in {shared_units} compile units"
     );
+    eprintln!("{files} files in turns: {entries} entries, {shared_units} compile units");
     for i in 0..3000 {
         assert_eq!(
-            files.get(&format!("turns_{i:04}")).map(String::as_str),
-            Some(format!("script{}.js", i % 6).as_str()),
+            unit_of.get(&format!("turns_{i:04}")).map(String::as_str),
+            Some(file_of(i).as_str()),
             "the file of turns_{i:04}"
         );
     }

@@ -10,9 +10,9 @@
 //! bytes go: every FDE refers to the one CIE, every unit to one abbreviation table (all the
 //! abbreviations, at their fixed codes). A one-function object with line rows joins the
 //! *open unit* of its source file (see `OpenUnit`: one compile unit for up to 64 such
-//! functions, which readers hold far fewer of than one unit each; up to 8 files have one
-//! open at once); other objects get the units encoding them alone makes. Objects with call sites are not appended (their DWARF
-//! refers to subprograms by section offset).
+//! functions, which readers hold far fewer of than one unit each; up to 16 files have one
+//! open at once); other objects get the units encoding them alone makes. Objects with call
+//! sites are not appended (their DWARF refers to subprograms by section offset).
 //!
 //! An append writes everything beyond what the headers cover first, then makes it part of
 //! the payload one store at a time, so that a debugger stopping the process between two
@@ -108,18 +108,19 @@ enum Place {
 /// sequences. (Readers must not take a unit's addresses from its subprograms' lowest and
 /// highest: GDB then gives the unit every address in between, the code of other entries
 /// too, and once it has read the unit answers "no line number information" for those.)
-/// The unit is made with room for some subprogram entries (`OPEN_ENTRIES`, or
-/// `COLD_ENTRIES` for a file that had no open unit), zero (null entries, which readers
-/// skip as padding), as many ranges, zero (the list's end), and line sequences: a range
-/// joins its list with one 16-byte store, an entry the unit with another, and its line
-/// sequence with one store of the line program's length (`.debug_line`'s size covers the
-/// whole region from the start: debuggers reach line programs only through their units;
-/// a tool that walks the section from start to end, like `readelf --debug-dump=line`,
-/// also meets the room after each open unit's program: zeros, or a reused payload's old
-/// bytes). Up to `OPEN_UNITS` units are open at once, each of its own file: objects of a
-/// few source files registered in turns join their files' units, where one open unit
-/// closed at every change of file and left its rooms mostly empty (a payload then held
-/// about 34 objects). Offsets are in the payload.
+/// The unit is made with room for some subprogram entries (`COLD_ENTRIES` for a file that
+/// had no open unit, more for a file whose unit filled up: `ROOM_GROWTH`, at most
+/// `OPEN_ENTRIES`, and less as the payload fills up: `Growing::room_cap`), zero (null
+/// entries, which readers skip as padding), as many ranges, zero (the list's end), and
+/// line sequences: a range joins its list with one 16-byte store, an entry the unit with
+/// another, and its line sequence with one store of the line program's length
+/// (`.debug_line`'s size covers the whole region from the start: debuggers reach line
+/// programs only through their units; a tool that walks the section from start to end,
+/// like `readelf --debug-dump=line`, also meets the room after each open unit's program:
+/// zeros, or a reused payload's old bytes). Up to `OPEN_UNITS` units are open at once, each of its own file: objects of
+/// source files registered in turns join their files' units, where one open unit closed
+/// at every change of file and left its rooms mostly empty (a payload then held about 34
+/// objects). Offsets are in the payload.
 #[derive(Debug, Clone, Copy)]
 struct OpenUnit {
     /// Index in `Index::files`.
@@ -138,24 +139,44 @@ struct OpenUnit {
     ranges_limit: usize,
     /// Past the room of its line program.
     line_limit: usize,
+    /// The entries it was made with room for.
+    room: usize,
+    /// `Growing::functions` when a function last joined it (or it opened).
+    joined: usize,
 }
 
-/// Subprogram entries an open unit has room for (15 bytes each), and ranges.
+/// Subprogram entries an open unit has room for at most (15 bytes each), and ranges.
 const OPEN_ENTRIES: usize = 64;
 
-/// The same for a unit opened for a file that had none open (its first, or one closed to
-/// make room for another file's): room for its one function. A file whose functions keep
-/// coming finds its unit full but still open, and gets a large one next; functions of more
-/// files in turns than there are open units each get a unit of their own size, where room
-/// for more (4) made a payload hold 350 of them instead of about 840.
+/// A file whose open unit is full gets a unit with this many times its room (up to
+/// `OPEN_ENTRIES`): 1, 4, 16, 64 entries. Room is given as a file's functions keep coming,
+/// so files that come back a few times (a script with a handful of functions among a hot
+/// one) leave little room empty when the payload fills up, however many units are open.
+const ROOM_GROWTH: usize = 4;
+
+/// The entries of a unit opened for a file that had none open (its first, or one closed
+/// to make room for another file's): room for its one function. A file whose functions
+/// keep coming finds its unit full but still open, and gets a larger one next. (Room for 4
+/// here, when every function of more files in turns than open units got a unit of its
+/// own, made a payload hold 350 of them instead of about 840.)
 const COLD_ENTRIES: usize = 1;
 
 /// Room for line sequences per entry, beyond the first sequence (the benchmark shape's
 /// takes 26 bytes). An object whose sequences do not fit opens a new unit for its file.
 const LINE_ROOM: usize = 32;
 
-/// Units open at once (each of another file).
-const OPEN_UNITS: usize = 8;
+/// A unit no function joined in the last this many appended is idle: its slot goes to
+/// another file that has none. While every unit is joined more often (objects of more files
+/// in turns than there are units), a file that has none gets a unit of its own, and the
+/// files that have one keep it: they go on sharing units, where taking the unit of the
+/// file that joined least recently would give every function a unit of its own.
+const IDLE: usize = 4 * OPEN_UNITS;
+
+/// Units open at once (each of another file). Rooms are given as files' functions keep
+/// coming (`ROOM_GROWTH`), so more open units cost no room when few files are in turns; 16
+/// files registered in turns each keep a unit (with 8, every function of 16 files got a
+/// unit of its own: 570 against 410 ns per registration).
+const OPEN_UNITS: usize = 16;
 
 /// `Mark::slot` of an object that joined or opened no open unit.
 const NO_SLOT: u8 = u8::MAX;
@@ -248,9 +269,46 @@ pub(crate) struct Index {
     plain: Vec<Plain>,
     /// Files of the open units made so far.
     files: Vec<String>,
+    /// `file_hash` of each of `files`, in the same order: a file is found by its hash, its
+    /// name compared once (objects of many files in turns look theirs up at each append).
+    file_hashes: Vec<u64>,
+}
+
+/// A hash of a file name, eight bytes at a time.
+fn file_hash(file: &str) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut h = file.len() as u64;
+    let mut words = file.as_bytes().chunks_exact(8);
+    for w in words.by_ref() {
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(K);
+        h ^= h >> 29;
+    }
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    h = (h ^ u64::from_le_bytes(last)).wrapping_mul(K);
+    h ^ h >> 32
 }
 
 impl Index {
+    /// The index of `file` in `files`, if it is there.
+    fn find_file(&self, file: &str) -> Option<u32> {
+        let h = file_hash(file);
+        (0..)
+            .zip(&self.file_hashes)
+            .filter(|&(_, &fh)| fh == h)
+            .find(|&(i, _)| self.files[i as usize] == file)
+            .map(|(i, _)| i)
+    }
+
+    /// The index of `file` in `files`, added if new.
+    fn add_file(&mut self, file: &str) -> u32 {
+        self.find_file(file).unwrap_or_else(|| {
+            self.files.push(file.to_string());
+            self.file_hashes.push(file_hash(file));
+            self.files.len() as u32 - 1
+        })
+    }
+
     /// Whether object `k` (in append order) is plain: [`Index::object`] reads it back.
     pub(crate) fn is_plain(&self, k: usize) -> bool {
         self.plain.get(k).is_some_and(|p| p.file != NOT_PLAIN)
@@ -275,15 +333,8 @@ impl Index {
         if last.end() - first.start() > u64::from(u32::MAX) {
             return None;
         }
-        let file = unit.file?;
-        let index = match self.files.iter().position(|f| f == file) {
-            Some(i) => i,
-            None => {
-                self.files.push(file.to_string());
-                self.files.len() - 1
-            }
-        };
-        Some((index as u32, line_at + after_header(line)?))
+        let index = self.add_file(unit.file?);
+        Some((index, line_at + after_header(line)?))
     }
 
     /// Where object `k`'s bytes are, if it is plain: what [`Growing::append_copy`] takes.
@@ -666,6 +717,7 @@ impl Growing {
             index: Index {
                 plain: Vec::with_capacity(OBJECTS),
                 files: Vec::new(),
+                file_hashes: Vec::new(),
             },
             unit_head: Vec::new(),
             mirror: None,
@@ -920,35 +972,55 @@ impl Growing {
     /// The slot of `file`'s open unit, if it has room for another function (its line
     /// sequences apart: the caller checks them).
     fn joinable(&self, file: &str) -> Option<usize> {
+        let id = self.index.find_file(file)?;
         self.open.iter().position(|u| {
             u.is_some_and(|u| {
-                u.end + 16 <= u.limit
-                    && u.ranges_next + 16 <= u.ranges_limit
-                    && self.index.files[u.file as usize] == file
+                u.file == id && u.end + 16 <= u.limit && u.ranges_next + 16 <= u.ranges_limit
             })
         })
     }
 
     /// Where a new open unit for `file` goes, and the entries it has room for: in the
-    /// place of the file's full one (room for many: its functions keep coming), or of none,
-    /// or of the unit opened first (little room: a file that had no unit open may not come
-    /// back soon).
-    fn slot_for(&self, file: &str) -> (usize, usize) {
-        let files = &self.index.files;
-        if let Some(slot) = self
-            .open
-            .iter()
-            .position(|u| u.is_some_and(|u| files[u.file as usize] == file))
-        {
-            return (slot, OPEN_ENTRIES);
+    /// place of the file's full one (more room than it had: its functions keep coming), or
+    /// of none, or of the unit joined least recently if it is idle (little room: a file
+    /// that had no unit open may not come back soon). `None`: every unit is busy.
+    fn slot_for(&self, file: &str) -> Option<(usize, usize)> {
+        if let Some(id) = self.index.find_file(file) {
+            for (slot, u) in self.open.iter().enumerate() {
+                if let Some(u) = u.filter(|u| u.file == id) {
+                    return Some((slot, (u.room * ROOM_GROWTH).min(OPEN_ENTRIES)));
+                }
+            }
         }
         let slot = match self.open.iter().position(Option::is_none) {
             Some(slot) => slot,
-            None => (0..OPEN_UNITS)
-                .min_by_key(|&i| self.open[i].map_or(0, |u| u.line_at))
-                .unwrap_or(0),
+            None => {
+                let (slot, joined) = (0..OPEN_UNITS)
+                    .map(|i| (i, self.open[i].map_or(0, |u| u.joined)))
+                    .min_by_key(|&(_, joined)| joined)?;
+                if self.functions - joined < IDLE {
+                    return None;
+                }
+                slot
+            }
         };
-        (slot, COLD_ENTRIES)
+        Some((slot, COLD_ENTRIES))
+    }
+
+    /// The entries a new open unit may have room for: each open unit takes at most
+    /// 1 / (2 * `OPEN_UNITS`) of what is left of the regions it has room in, so rooms
+    /// never hold more than about half of what is left, and shrink as the payload fills up
+    /// (rooms left partly empty would fill it up sooner).
+    fn room_cap(&self) -> usize {
+        [(INFO_R, 15), (LINE_R, LINE_ROOM), (RANGES_R, 16)]
+            .into_iter()
+            .map(|(r, per_entry)| {
+                let left = self.end[r] - self.start[r] - self.used[r];
+                left / (2 * OPEN_UNITS * per_entry)
+            })
+            .min()
+            .unwrap_or(0)
+            .max(COLD_ENTRIES)
     }
 
     /// Appends the object of `layout`. With `copied`, its line sequence and FDE as a
@@ -1063,16 +1135,19 @@ impl Growing {
                         sequences: sequences(),
                     }
                 }
-                _ => {
-                    let (slot, entries) = self.slot_for(file);
-                    self.unit_head.clear();
-                    dwarf::open_unit(&mut self.unit_head, file, bases.line, bases.ranges);
-                    UnitPlan::Open {
-                        slot,
-                        entry,
-                        entries,
+                _ => match self.slot_for(file) {
+                    Some((slot, entries)) => {
+                        let entries = entries.min(self.room_cap());
+                        self.unit_head.clear();
+                        dwarf::open_unit(&mut self.unit_head, file, bases.line, bases.ranges);
+                        UnitPlan::Open {
+                            slot,
+                            entry,
+                            entries,
+                        }
                     }
-                }
+                    None => UnitPlan::Own,
+                },
             },
             None => UnitPlan::Own,
         };
@@ -1206,6 +1281,7 @@ impl Growing {
                     end: open.end + 15,
                     line_end: open.line_end + seq.len(),
                     ranges_next: open.ranges_next + 16,
+                    joined: self.functions,
                     ..open
                 })
             }
@@ -1224,15 +1300,8 @@ impl Growing {
                 put_u32(buf, info_at, limit - info_at - 4);
                 buf[line_at..line_at + line.len()].copy_from_slice(line);
                 let file = file.map_or("", |(f, _)| f);
-                let index = match self.index.files.iter().position(|f| f == file) {
-                    Some(i) => i,
-                    None => {
-                        self.index.files.push(file.to_string());
-                        self.index.files.len() - 1
-                    }
-                };
                 Some(OpenUnit {
-                    file: index as u32,
+                    file: self.index.add_file(file),
                     end: end - 1,
                     limit,
                     line_at,
@@ -1240,6 +1309,8 @@ impl Growing {
                     ranges_next: ranges_at + 16,
                     ranges_limit,
                     line_limit: line_at + lens[LINE_R],
+                    room: entries,
+                    joined: self.functions,
                 })
             }
         };
@@ -1666,18 +1737,23 @@ mod tests {
         for seed in 0..200u64 {
             let mut r = crate::elf::test_support::Rng::new(seed);
             let run = 1 + r.below(4);
-            // Two files, or more than there are open units (each new one closes another).
-            let files = [2, 3, 6, 11][seed as usize % 4];
+            // Two files or a few in turns; more than there are open units (some get units
+            // of their own); or 2 at a time of 40, the two changing every 8 objects (units
+            // left idle are closed for other files').
+            let (files, drift) =
+                [(2, false), (3, false), (6, false), (19, false), (40, true)][seed as usize % 5];
             let names: Vec<String> = (0..files).map(|f| format!("f{f}.js")).collect();
             let object = |i: u64| {
-                let file = &names[((i / run) % files) as usize];
-                small_in(i, 0x40_0000 + i * 64, file)
+                let f = match drift {
+                    false => (i / run) % files,
+                    true => ((i / run) % 2 + i / 8) % files,
+                };
+                small_in(i, 0x40_0000 + i * 64, &names[f as usize])
             };
             let (mut buf, mut state) = Growing::new(None).unwrap();
             let mut live: Vec<u64> = Vec::new();
             let mut next = 0;
-            // (Until the payload is full: every unit an object opens has room for 64.)
-            'rounds: for _round in 0..16 {
+            'rounds: for _round in 0..if drift { 80 } else { 40 } {
                 for _ in 0..1 + r.below(6) {
                     if !matches!(state.append(&mut buf, &object(next)), Ok(Some(_))) {
                         break 'rounds;
