@@ -280,6 +280,53 @@ fn files_in_turns(files: u64, max_units: usize) {
     assert_eq!(entry_count(), entries_before);
 }
 
+/// Objects dropped here and there among 3,000 (code replaced long after it was compiled):
+/// each payload that loses one is rebuilt, its objects' bytes copied into a new growing
+/// payload. The list names exactly the live functions (read back with gimli: names, lines,
+/// frames), as many entries as before the drops, all of the growing size.
+#[test]
+fn objects_dropped_here_and_there_leave_growing_payloads() {
+    use jit_interface::descriptor::entry_count;
+    use registry_support::for_each_payload;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let base = 0x6200_0000_0000u64;
+    let entries_before = entry_count();
+    let objects: Vec<JitObject> = (0..3000u64)
+        .map(|i| object(&format!("here_there_{i:04}"), base + i * 64))
+        .collect();
+    let mut regs: Vec<Option<Registration>> = objects
+        .iter()
+        .map(|o| Some(jit_interface::register(o, Format::Elf).expect("register")))
+        .collect();
+    let entries = entry_count() - entries_before;
+    let mut sizes = Vec::new();
+    for_each_payload(|b| sizes.push(b.len()));
+    // Every 31st of the first 2,500 (in payloads that filled up), one at a time.
+    for k in (17..2500).step_by(31) {
+        drop(regs[k].take());
+    }
+    let want: Vec<Expected> = objects
+        .iter()
+        .zip(&regs)
+        .filter(|(_, r)| r.is_some())
+        .flat_map(|(o, _)| expected(o))
+        .collect();
+    assert_eq!(read_listed(&want), want);
+    assert_eq!(
+        entry_count() - entries_before,
+        entries,
+        "entries added or lost"
+    );
+    let mut after = Vec::new();
+    for_each_payload(|b| after.push(b.len()));
+    assert_eq!(
+        after, sizes,
+        "payload sizes changed (rewritten by the general encoder)"
+    );
+    drop(regs);
+    assert_eq!(entry_count(), entries_before);
+}
+
 /// A payload that just filled up keeps its growing state: the objects registered just
 /// before it filled up leave it by a rollback (it stays a payload of the growing size,
 /// and the list names exactly the live functions), not by re-encoding it whole, which a

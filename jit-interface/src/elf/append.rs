@@ -895,8 +895,24 @@ impl Growing {
         from: &[u8],
         p: Plain,
     ) -> Result<Option<usize>> {
-        let copied = (p.count == 1).then(|| self.copied(from, &p)).flatten();
-        let file = self.index.files.get(usize::from(p.file));
+        self.append_copy_of(buf, from, None, p)
+    }
+
+    /// [`Growing::append_copy`] from a payload of another state, whose index is `from_index`
+    /// (`None`: this state's): a sealed payload rebuilt without the objects that left it.
+    pub(crate) fn append_copy_of(
+        &mut self,
+        buf: &mut [u8],
+        from: &[u8],
+        from_index: Option<&Index>,
+        p: Plain,
+    ) -> Result<Option<usize>> {
+        let copied = (p.count == 1).then(|| copied(from, &p)).flatten();
+        let files = match from_index {
+            Some(index) => &index.files,
+            None => &self.index.files,
+        };
+        let file = files.get(usize::from(p.file));
         if let (
             Some(Copied {
                 name,
@@ -931,44 +947,47 @@ impl Growing {
             }
             // No open unit to join (the payload is unchanged): the general way.
         }
-        let Some(object) = self.index.read(from, &p, &mut ReadBuffers::default()) else {
+        let index = from_index.unwrap_or(&self.index);
+        let Some(object) = index.read(from, &p, &mut ReadBuffers::default()) else {
             return Ok(None);
         };
         self.append(buf, &object)
     }
+}
 
-    /// The name, start, size, line sequence and FDE of the one-function plain object at
-    /// `p` in `from`, checked against each other.
-    fn copied<'a>(&self, from: &'a [u8], p: &Plain) -> Option<Copied<'a>> {
-        let u32_at = |at: usize| Some(u32::from_le_bytes(from.get(at..at + 4)?.try_into().ok()?));
-        let u64_at = |at: usize| Some(u64::from_le_bytes(from.get(at..at + 8)?.try_into().ok()?));
-        let (name, start, size) = function_at(from, p.sym as usize)?;
-        // The FDE: its CIE (the one, at 0), start and size.
-        let fde = p.fde as usize;
-        let len = u32_at(fde)? as usize;
-        let fde = from.get(fde..fde.checked_add(4 + len)?)?;
-        if (
-            u32_at(p.fde as usize + 4)?,
-            u64_at(p.fde as usize + 8)?,
-            u64_at(p.fde as usize + 16)?,
-        ) != (0, start, u64::from(size))
-        {
-            return None;
-        }
-        let sequence = from.get(p.seq as usize..)?;
-        let (s, e, len) = dwarf::line_sequence_extent(sequence)?;
-        if (s, e) != (start, start.checked_add(size.into())?) {
-            return None;
-        }
-        Some(Copied {
-            name,
-            start,
-            size,
-            sequence: &sequence[..len],
-            fde,
-        })
+/// The name, start, size, line sequence and FDE of the one-function plain object at `p` in
+/// `from`, checked against each other.
+fn copied<'a>(from: &'a [u8], p: &Plain) -> Option<Copied<'a>> {
+    let u32_at = |at: usize| Some(u32::from_le_bytes(from.get(at..at + 4)?.try_into().ok()?));
+    let u64_at = |at: usize| Some(u64::from_le_bytes(from.get(at..at + 8)?.try_into().ok()?));
+    let (name, start, size) = function_at(from, p.sym as usize)?;
+    // The FDE: its CIE (the one, at 0), start and size.
+    let fde = p.fde as usize;
+    let len = u32_at(fde)? as usize;
+    let fde = from.get(fde..fde.checked_add(4 + len)?)?;
+    if (
+        u32_at(p.fde as usize + 4)?,
+        u64_at(p.fde as usize + 8)?,
+        u64_at(p.fde as usize + 16)?,
+    ) != (0, start, u64::from(size))
+    {
+        return None;
     }
+    let sequence = from.get(p.seq as usize..)?;
+    let (s, e, len) = dwarf::line_sequence_extent(sequence)?;
+    if (s, e) != (start, start.checked_add(size.into())?) {
+        return None;
+    }
+    Some(Copied {
+        name,
+        start,
+        size,
+        sequence: &sequence[..len],
+        fde,
+    })
+}
 
+impl Growing {
     /// The slot of `file`'s open unit, if it has room for another function (its line
     /// sequences apart: the caller checks them).
     fn joinable(&self, file: &str) -> Option<usize> {

@@ -981,7 +981,44 @@ pub(super) fn read_line_sequence(
 /// The start, end and length in bytes of the sequence at the start of `bytes`, as
 /// [`read_line_sequence`] reads it, without its rows.
 pub(super) fn line_sequence_extent(bytes: &[u8]) -> Option<(u64, u64, usize)> {
-    walk_line_sequence(bytes, |_, _| Some(()))
+    // What `line_sequence` writes, read byte by byte (a payload rebuilt by copies checks
+    // every sequence it copies): `DW_LNE_set_address` in its one-byte-length form, rows,
+    // `DW_LNE_end_sequence`. Anything else: `None` (the caller reads the object back).
+    let [0, 9, set_address, ..] = *bytes else {
+        return None;
+    };
+    if set_address != dw::DW_LNE_set_address.0 {
+        return None;
+    }
+    let start = u64::from_le_bytes(bytes.get(3..11)?.try_into().ok()?);
+    let (mut address, mut line, mut at) = (start, 1i64, 11);
+    loop {
+        let op = *bytes.get(at)?;
+        at += 1;
+        if op >= OPCODE_BASE {
+            let n = op - OPCODE_BASE;
+            address = address.checked_add(u64::from(n / LINE_RANGE as u8))?;
+            line = line.checked_add(i64::from(n % LINE_RANGE as u8) + LINE_BASE)?;
+            continue;
+        }
+        match dw::DwLns(op) {
+            dw::DW_LNS_advance_pc | dw::DW_LNS_advance_line => {
+                let mut g = Reader::new(bytes.get(at..)?);
+                if op == dw::DW_LNS_advance_pc.0 {
+                    address = address.checked_add(g.uleb("a line sequence").ok()?)?;
+                } else {
+                    line = line.checked_add(g.sleb("a line sequence").ok()?)?;
+                }
+                at += g.pos();
+            }
+            dw::DW_LNS_const_add_pc => address = address.checked_add(CONST_ADD_PC)?,
+            _ if op == 0 => {
+                let end = bytes.get(at..at + 2)? == [1, dw::DW_LNE_end_sequence.0];
+                return end.then_some((start, address, at + 2));
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// Reads the sequence at the start of `bytes` (see [`read_line_sequence`]), calling `row`
@@ -1196,6 +1233,46 @@ impl Lines<'_> {
 mod tests {
     use crate::elf::test_support::{Line, Parsed};
     use crate::model::{BaseType, JitObject, LineRow, Location, Variable, VariableKind};
+
+    /// The extent of a sequence as `line_sequence` writes it (rows of every step: special
+    /// opcodes, `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`, `DW_LNS_advance_line` both ways)
+    /// is what reading its rows finds; a sequence cut short or with a byte changed in its
+    /// frame has none or another.
+    #[test]
+    fn sequence_extents_are_what_reading_the_rows_finds() {
+        let mut r = crate::elf::test_support::Rng::new(7);
+        for seed in 0..2000u64 {
+            let size = 1 + r.below(1 << 16) as u32;
+            let mut rows = Vec::new();
+            let (mut offset, mut line) = (0u32, 1 + r.below(10_000) as u32);
+            while offset < size && rows.len() < 40 {
+                rows.push(LineRow { offset, line });
+                offset += 1 + r.pick(&[0, 1, 5, 17, 300, 70_000]) as u32;
+                line = (line as i64 + r.pick(&[-3000i64, -2, 0, 1, 8, 40, 5000])).max(1) as u32;
+            }
+            let mut o = JitObject::new();
+            let start = r.below(1 << 47);
+            let f = o.add_function("f", start, size.into()).unwrap();
+            o.set_lines(f, "x.js", &rows).unwrap();
+            let mut bytes = Vec::new();
+            super::line_sequence(&mut bytes, o.functions().first().unwrap());
+            let mut read = Vec::new();
+            let want = super::read_line_sequence(&bytes, &mut read);
+            assert!(want.is_some(), "seed {seed}");
+            assert_eq!(super::line_sequence_extent(&bytes), want, "seed {seed}");
+            assert_eq!(want.unwrap(), (start, start + u64::from(size), bytes.len()));
+            for cut in [1, 2, 11, bytes.len() - 1] {
+                assert_eq!(
+                    super::line_sequence_extent(&bytes[..cut]),
+                    None,
+                    "seed {seed}"
+                );
+            }
+            let mut wrong = bytes.clone();
+            wrong[2] ^= 0x40;
+            assert_eq!(super::line_sequence_extent(&wrong), None, "seed {seed}");
+        }
+    }
 
     /// A local `int64_t v` in the frame slot at rbp - 8.
     fn local_at_rbp_minus_8() -> Variable {
