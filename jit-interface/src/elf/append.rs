@@ -37,7 +37,7 @@ use object::elf;
 
 use super::cfi;
 use super::dwarf;
-use super::layout::{Layout, MAX_PADDING};
+use super::layout::{self, Layout, MAX_PADDING};
 use super::scratch::Scratch;
 use super::writer::{self, Header, FILE_HEADER, SECTION_HEADER, SYMBOL};
 use crate::error::{Error, Result};
@@ -272,6 +272,9 @@ pub(crate) struct Index {
     /// `file_hash` of each of `files`, in the same order: a file is found by its hash, its
     /// name compared once (objects of many files in turns look theirs up at each append).
     file_hashes: Vec<u64>,
+    /// The file found last: objects of one file come in runs (a payload rebuilt by copies
+    /// looks up the file of each object it copies).
+    last_found: std::cell::Cell<u32>,
 }
 
 /// A hash of a file name, eight bytes at a time.
@@ -292,12 +295,18 @@ fn file_hash(file: &str) -> u64 {
 impl Index {
     /// The index of `file` in `files`, if it is there.
     fn find_file(&self, file: &str) -> Option<u32> {
+        let last = self.last_found.get();
+        if self.files.get(last as usize).is_some_and(|f| f == file) {
+            return Some(last);
+        }
         let h = file_hash(file);
-        (0..)
+        let found = (0..)
             .zip(&self.file_hashes)
             .filter(|&(_, &fh)| fh == h)
             .find(|&(i, _)| self.files[i as usize] == file)
-            .map(|(i, _)| i)
+            .map(|(i, _)| i)?;
+        self.last_found.set(found);
+        Some(found)
     }
 
     /// The index of `file` in `files`, added if new.
@@ -551,9 +560,133 @@ struct Cut {
     open: [Option<OpenUnit>; OPEN_UNITS],
 }
 
+/// What [`Growing::append_layout`] appends: an object laid out for encoding (a
+/// [`Layout`]), or a one-function plain object copied from a payload ([`CopiedOne`]: it
+/// joins its file's open unit with its bytes as they are, and needs no model).
+trait Appended<'a> {
+    /// The layout, if it is one (what encoding the object needs).
+    fn layout(&self) -> Option<&Layout<'a>>;
+    fn has_calls(&self) -> bool;
+    fn has_extras(&self) -> bool;
+    /// For one function in one unit: the unit's file, the function's start and size, and
+    /// whether it has line rows.
+    fn single(&self) -> Option<(Option<&str>, u64, u32, bool)>;
+    /// Bytes of the object's own string table (a NUL, then the names).
+    fn strings_len(&self) -> usize;
+    /// Its functions.
+    fn count(&self) -> usize;
+    /// Function `i`, in address order: its name, start, size, and its name's offset in the
+    /// object's own string table.
+    fn function(&self, i: usize) -> (&[u8], u64, u32, u32);
+    /// Its runs of adjacent code, in address order.
+    fn runs(&self) -> &[layout::Run];
+    /// Whether every function has line rows.
+    fn all_rows(&self) -> bool;
+    /// The index of the file of its one unit among the payload's (`Index::files`), if known.
+    fn file_id(&self) -> Option<u32> {
+        None
+    }
+}
+
+impl<'a> Appended<'a> for Layout<'a> {
+    fn layout(&self) -> Option<&Layout<'a>> {
+        Some(self)
+    }
+
+    fn has_calls(&self) -> bool {
+        self.has_calls
+    }
+
+    fn has_extras(&self) -> bool {
+        self.has_extras
+    }
+
+    fn single(&self) -> Option<(Option<&str>, u64, u32, bool)> {
+        match (&self.units[..], &self.functions[..]) {
+            ([unit], [p]) => Some((unit.file, p.f.start(), p.f.size(), !p.f.lines().is_empty())),
+            _ => None,
+        }
+    }
+
+    fn strings_len(&self) -> usize {
+        self.strings_len
+    }
+
+    fn count(&self) -> usize {
+        self.functions.len()
+    }
+
+    fn function(&self, i: usize) -> (&[u8], u64, u32, u32) {
+        let f = self.functions[i].f;
+        (f.name_bytes(), f.start(), f.size(), self.name_offsets[i])
+    }
+
+    fn runs(&self) -> &[layout::Run] {
+        &self.runs
+    }
+
+    fn all_rows(&self) -> bool {
+        self.functions.iter().all(|p| !p.f.lines().is_empty())
+    }
+}
+
+/// A one-function plain object copied from a payload: its name, the file of its unit (by
+/// name, or by its index among the payload's files), and its code (its line sequence and
+/// FDE are given to `append_layout` beside it).
+struct CopiedOne<'a> {
+    name: &'a [u8],
+    file: Option<&'a str>,
+    file_id: Option<u32>,
+    start: u64,
+    size: u32,
+    run: [layout::Run; 1],
+}
+
+impl<'a> Appended<'a> for CopiedOne<'a> {
+    fn layout(&self) -> Option<&Layout<'a>> {
+        None
+    }
+
+    fn has_calls(&self) -> bool {
+        false
+    }
+
+    fn has_extras(&self) -> bool {
+        false
+    }
+
+    fn single(&self) -> Option<(Option<&str>, u64, u32, bool)> {
+        Some((self.file, self.start, self.size, true))
+    }
+
+    fn strings_len(&self) -> usize {
+        self.name.len() + 2
+    }
+
+    fn count(&self) -> usize {
+        1
+    }
+
+    fn function(&self, _: usize) -> (&[u8], u64, u32, u32) {
+        (self.name, self.start, self.size, 1)
+    }
+
+    fn runs(&self) -> &[layout::Run] {
+        &self.run
+    }
+
+    fn all_rows(&self) -> bool {
+        true
+    }
+
+    fn file_id(&self) -> Option<u32> {
+        self.file_id
+    }
+}
+
 /// What [`Growing::append_copy`] copies of a one-function plain object.
 struct Copied<'a> {
-    name: &'a str,
+    name: &'a [u8],
     start: u64,
     size: u32,
     sequence: &'a [u8],
@@ -563,6 +696,12 @@ struct Copied<'a> {
 /// The function of the symbol at `at` in payload `buf`: its name, start (its section's
 /// address plus its section-relative value) and size. `None` if any of it is not there.
 fn function_at(buf: &[u8], at: usize) -> Option<(&str, u64, u32)> {
+    let (name, start, size) = function_bytes_at(buf, at)?;
+    Some((std::str::from_utf8(name).ok()?, start, size))
+}
+
+/// [`function_at`] with the name's bytes, as they are (a copy needs no `str`).
+fn function_bytes_at(buf: &[u8], at: usize) -> Option<(&[u8], u64, u32)> {
     let u64_at = |at: usize| Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?));
     let header = |index: usize| FILE_HEADER + index * SECTION_HEADER;
     let sym = buf.get(at..at + SYMBOL)?;
@@ -572,8 +711,7 @@ fn function_at(buf: &[u8], at: usize) -> Option<(&str, u64, u32)> {
     let names = usize::try_from(u64_at(header(STRTAB) + 24)?).ok()?;
     let name_at = u32::from_le_bytes(sym[..4].try_into().ok()?) as usize;
     let name = buf.get(names.checked_add(name_at)?..)?;
-    let name = std::str::from_utf8(&name[..name.iter().position(|&b| b == 0)?]).ok()?;
-    Some((name, start, size))
+    Some((&name[..name.iter().position(|&b| b == 0)?], start, size))
 }
 
 /// The section header of section `index`.
@@ -718,6 +856,7 @@ impl Growing {
                 plain: Vec::with_capacity(OBJECTS),
                 files: Vec::new(),
                 file_hashes: Vec::new(),
+                last_found: std::cell::Cell::new(0),
             },
             unit_head: Vec::new(),
             mirror: None,
@@ -908,39 +1047,40 @@ impl Growing {
         p: Plain,
     ) -> Result<Option<usize>> {
         let copied = (p.count == 1).then(|| copied(from, &p)).flatten();
-        let files = match from_index {
-            Some(index) => &index.files,
-            None => &self.index.files,
+        // Its file: by name among another state's files, by index among this one's.
+        let (file, file_id) = match from_index {
+            Some(index) => (
+                index.files.get(usize::from(p.file)).map(String::as_str),
+                None,
+            ),
+            None => (
+                None,
+                (usize::from(p.file) < self.index.files.len()).then_some(u32::from(p.file)),
+            ),
         };
-        let file = files.get(usize::from(p.file));
-        if let (
-            Some(Copied {
-                name,
-                start,
-                size,
-                sequence,
-                fde,
-            }),
-            Some(file),
-        ) = (copied, file)
+        if let Some(Copied {
+            name,
+            start,
+            size,
+            sequence,
+            fde,
+        }) = copied.filter(|_| file.is_some() || file_id.is_some())
         {
-            let mut object = JitObject::with_arch(Arch::X86_64);
-            object.reserve(1, name.len() + file.len());
-            let f = object.add_function(name, start, size.into())?;
-            // The file, without rows: the unit the function joins is its file's.
-            object.set_lines(f, file, &[])?;
             if buf.len() != PAYLOAD {
                 return Ok(None);
             }
-            let mut scratch = Scratch::take();
-            let out = match Layout::new(&[&object], &mut scratch.layout) {
-                Ok(layout) => {
-                    let out = self.append_layout(buf, &layout, &mut scratch, Some((sequence, fde)));
-                    layout.into_parts(&mut scratch.layout);
-                    out
-                }
-                Err(e) => Err(e),
+            // (`copied` checked that the end is below 2^64.)
+            let end = start.saturating_add(size.into());
+            let one = CopiedOne {
+                name,
+                file,
+                file_id,
+                start,
+                size,
+                run: [layout::Run { start, end }],
             };
+            let mut scratch = Scratch::take();
+            let out = self.append_layout(buf, &one, &mut scratch, Some((sequence, fde)));
             scratch.keep();
             if let Ok(Some(bytes)) = out {
                 return Ok(Some(bytes));
@@ -960,7 +1100,7 @@ impl Growing {
 fn copied<'a>(from: &'a [u8], p: &Plain) -> Option<Copied<'a>> {
     let u32_at = |at: usize| Some(u32::from_le_bytes(from.get(at..at + 4)?.try_into().ok()?));
     let u64_at = |at: usize| Some(u64::from_le_bytes(from.get(at..at + 8)?.try_into().ok()?));
-    let (name, start, size) = function_at(from, p.sym as usize)?;
+    let (name, start, size) = function_bytes_at(from, p.sym as usize)?;
     // The FDE: its CIE (the one, at 0), start and size.
     let fde = p.fde as usize;
     let len = u32_at(fde)? as usize;
@@ -991,7 +1131,11 @@ impl Growing {
     /// The slot of `file`'s open unit, if it has room for another function (its line
     /// sequences apart: the caller checks them).
     fn joinable(&self, file: &str) -> Option<usize> {
-        let id = self.index.find_file(file)?;
+        self.joinable_id(self.index.find_file(file)?)
+    }
+
+    /// [`Growing::joinable`] for the file of index `id` in `Index::files`.
+    fn joinable_id(&self, id: u32) -> Option<usize> {
         self.open.iter().position(|u| {
             u.is_some_and(|u| {
                 u.file == id && u.end + 16 <= u.limit && u.ranges_next + 16 <= u.ranges_limit
@@ -1045,14 +1189,14 @@ impl Growing {
     /// Appends the object of `layout`. With `copied`, its line sequence and FDE as a
     /// payload holds them (see [`Growing::append_copy`]): the object joins its file's open
     /// unit with these bytes, or is not appended (`Ok(None)`).
-    fn append_layout(
+    fn append_layout<'a>(
         &mut self,
         buf: &mut [u8],
-        layout: &Layout<'_>,
+        src: &impl Appended<'a>,
         scratch: &mut Scratch,
         copied: Option<(&[u8], &[u8])>,
     ) -> Result<Option<usize>> {
-        if layout.has_calls {
+        if src.has_calls() {
             return Ok(None);
         }
         // Offsets in the sections as the payload has them: the object's names follow those
@@ -1066,27 +1210,32 @@ impl Growing {
         // file, which has room. Only its line sequence and its entry are needed: the
         // unit that encoding it alone makes (its header, its line program's header) would
         // be thrown away. (The general plan below makes the same choice from that unit.)
-        let mut joins = match (&layout.units[..], &layout.functions[..]) {
+        let mut joins = match src.single() {
             _ if general_only() => None,
-            ([unit], [p])
+            Some((file, start, size, rows))
                 if cfg!(target_arch = "x86_64")
-                    && !layout.has_extras
-                    && (copied.is_some() || !p.f.lines().is_empty()) =>
+                    && !src.has_extras()
+                    && (copied.is_some() || rows) =>
             {
-                let slot = unit.file.and_then(|file| self.joinable(file));
-                let name = layout.name_offsets[0] + bases.strings;
-                slot.zip(dwarf::open_subprogram(name, p.f.start(), p.f.size()))
-                    .map(|(slot, e)| (slot, p.f, e))
+                let slot = match src.file_id() {
+                    Some(id) => self.joinable_id(id),
+                    None => file.and_then(|file| self.joinable(file)),
+                };
+                let name = src.function(0).3 + bases.strings;
+                slot.zip(dwarf::open_subprogram(name, start, size))
             }
             _ => None,
         };
-        if let Some((slot, f, _)) = joins {
+        if let Some((slot, _)) = joins {
             scratch.dwarf.info.clear();
             scratch.dwarf.line.clear();
             scratch.dwarf.ranges.clear();
-            match copied {
-                Some((sequence, _)) => scratch.dwarf.line.extend_from_slice(sequence),
-                None => dwarf::line_sequence(&mut scratch.dwarf.line, f),
+            match (copied, src.layout()) {
+                (Some((sequence, _)), _) => scratch.dwarf.line.extend_from_slice(sequence),
+                (None, Some(layout)) => {
+                    dwarf::line_sequence(&mut scratch.dwarf.line, layout.function(0))
+                }
+                (None, None) => return Ok(None),
             }
             if !self.open[slot]
                 .is_some_and(|u| u.line_end + scratch.dwarf.line.len() <= u.line_limit)
@@ -1095,11 +1244,11 @@ impl Growing {
                 joins = None;
             }
         }
-        match (joins, copied) {
+        match (joins, copied, src.layout()) {
             // The copied bytes go into an open unit only (the model has no rows).
-            (None, Some(_)) => return Ok(None),
-            (None, None) => dwarf::build_at(layout, &mut scratch.dwarf, bases)?,
-            (Some(_), _) => {}
+            (None, Some(_), _) | (None, None, None) => return Ok(None),
+            (None, None, Some(layout)) => dwarf::build_at(layout, &mut scratch.dwarf, bases)?,
+            (Some(_), _, _) => {}
         }
         match copied {
             Some((_, fde)) => {
@@ -1109,7 +1258,10 @@ impl Growing {
                 frame.resize(cfi::CIE_LEN, 0);
                 frame.extend_from_slice(fde);
             }
-            None => cfi::debug_frame(Arch::X86_64, layout, &mut scratch.cfi)?,
+            None => match src.layout() {
+                Some(layout) => cfi::debug_frame(Arch::X86_64, layout, &mut scratch.cfi)?,
+                None => return Ok(None),
+            },
         }
         let info = &scratch.dwarf.info;
         let line = &scratch.dwarf.line;
@@ -1119,16 +1271,15 @@ impl Growing {
         // opens one. (Others get their own units and close the open one: it must end both
         // sections to grow.) Joining must be one store (see `store16`), so only hosts
         // that make it one do it.
-        let file = match (&layout.units[..], &layout.functions[..]) {
+        let file = match src.single() {
             _ if joins.is_some() => None,
-            ([unit], [p])
+            Some((file, start, size, _))
                 if cfg!(target_arch = "x86_64")
-                    && !layout.has_extras
+                    && !src.has_extras()
                     && dwarf::plain_unit_children(info).is_some() =>
             {
-                let name = layout.name_offsets[0] + bases.strings;
-                let entry = dwarf::open_subprogram(name, p.f.start(), p.f.size());
-                unit.file.zip(entry)
+                let name = src.function(0).3 + bases.strings;
+                file.zip(dwarf::open_subprogram(name, start, size))
             }
             _ => None,
         };
@@ -1136,7 +1287,7 @@ impl Growing {
         let sequences = || 10 + u32::from_le_bytes(line[6..10].try_into().expect("4")) as usize;
         let plan = match file {
             _ if joins.is_some() => {
-                let (slot, _, entry) = joins.expect("joins");
+                let (slot, entry) = joins.expect("joins");
                 UnitPlan::Extend {
                     slot,
                     entry,
@@ -1171,8 +1322,8 @@ impl Growing {
             None => UnitPlan::Own,
         };
         let mut lens = [0; REGIONS];
-        lens[STRINGS_R] = layout.strings_len - 1;
-        lens[SYMBOLS_R] = layout.functions.len() * SYMBOL;
+        lens[STRINGS_R] = src.strings_len() - 1;
+        lens[SYMBOLS_R] = src.count() * SYMBOL;
         (lens[INFO_R], lens[LINE_R]) = match plan {
             UnitPlan::Own => (info.len(), line.len()),
             // The entry takes the place of the unit's 0, and ends with one.
@@ -1199,7 +1350,7 @@ impl Growing {
         // Where each run of the object goes; none may overlap the payload's code.
         self.places.clear();
         let mut sections = self.sections;
-        for run in &layout.runs {
+        for run in src.runs() {
             let k = self.runs.partition_point(|r| r.start < run.start);
             let before = k.checked_sub(1).map(|i| (i, self.runs[i]));
             if before.is_some_and(|(_, b)| b.end > run.start)
@@ -1224,8 +1375,8 @@ impl Growing {
 
         // Everything beyond what the headers cover.
         let mut at = self.start[STRINGS_R] + self.used[STRINGS_R];
-        for p in &layout.functions {
-            let name = p.f.name_bytes();
+        for i in 0..src.count() {
+            let name = src.function(i).0;
             buf[at..at + name.len()].copy_from_slice(name);
             // (The room may hold a reused payload's bytes: see `Growing::new`.)
             buf[at + name.len()] = 0;
@@ -1238,14 +1389,15 @@ impl Growing {
         let info_bits = elf::SymbolInfo::new(elf::STB_GLOBAL, elf::STT_FUNC).0;
         let mut at = self.start[SYMBOLS_R] + self.used[SYMBOLS_R];
         let mut run = 0;
-        for (p, &name) in layout.functions.iter().zip(&layout.name_offsets) {
-            let f = p.f;
-            while f.start() >= layout.runs[run].end {
+        let runs = src.runs();
+        for i in 0..src.count() {
+            let (_, start, size, name) = src.function(i);
+            while start >= runs[run].end {
                 run += 1;
             }
             let (section, base) = match self.places[run] {
                 Place::Extends(i) => (self.runs[i].section, self.runs[i].start),
-                Place::New(s) => (s, layout.runs[run].start),
+                Place::New(s) => (s, runs[run].start),
             };
             let symbol: &mut [u8; SYMBOL] = (&mut buf[at..at + SYMBOL]).try_into().expect("24");
             symbol[..4].copy_from_slice(&(name + bases.strings).to_le_bytes());
@@ -1253,8 +1405,8 @@ impl Growing {
             symbol[5] = elf::STV_DEFAULT.0;
             symbol[6..8].copy_from_slice(&section.to_le_bytes());
             // Relocatable object: symbol values are offsets in their section.
-            symbol[8..16].copy_from_slice(&(f.start() - base).to_le_bytes());
-            symbol[16..].copy_from_slice(&u64::from(f.size()).to_le_bytes());
+            symbol[8..16].copy_from_slice(&(start - base).to_le_bytes());
+            symbol[16..].copy_from_slice(&u64::from(size).to_le_bytes());
             at += SYMBOL;
         }
         for (r, bytes) in [(RANGES_R, &ranges[..]), (FRAME_R, frame)] {
@@ -1267,10 +1419,11 @@ impl Growing {
         }
         // The range of the one function of an object that joins or opens a unit (as the
         // list holds it: absolute, from the unit's base address 0).
-        let range = layout.functions.first().map(|p| {
+        let range = (src.count() > 0).then(|| {
+            let (_, start, size, _) = src.function(0);
             let mut pair = [0u8; 16];
-            pair[..8].copy_from_slice(&p.f.start().to_le_bytes());
-            pair[8..].copy_from_slice(&p.f.end().to_le_bytes());
+            pair[..8].copy_from_slice(&start.to_le_bytes());
+            pair[8..].copy_from_slice(&(start + u64::from(size)).to_le_bytes());
             pair
         });
         // (Joining or opening a unit is planned for one function only: never refused here.
@@ -1337,7 +1490,7 @@ impl Growing {
             UnitPlan::Own => None,
             UnitPlan::Extend { slot, .. } | UnitPlan::Open { slot, .. } => Some(slot),
         };
-        for (run, place) in layout.runs.iter().zip(&self.places) {
+        for (run, place) in src.runs().iter().zip(&self.places) {
             if let Place::New(section) = *place {
                 // Zero unless the payload is a reused one (see `Growing::new`).
                 let h = header(buf, section.into());
@@ -1348,18 +1501,20 @@ impl Growing {
 
         // Where a plain object's bytes are, to read it back (see `Index::object`). (A
         // function with a file but no rows opens a unit too, with an empty line program.)
-        let rows = copied.is_some() || layout.functions.iter().all(|p| !p.f.lines().is_empty());
+        let rows = copied.is_some() || src.all_rows();
         let plain = match (&plan, open) {
             _ if !rows => None,
             (UnitPlan::Extend { slot, .. }, Some(u)) => {
                 self.open[*slot].map(|old| (u.file, old.line_end))
             }
             (UnitPlan::Open { .. }, Some(u)) => after_header(line).map(|h| (u.file, line_at + h)),
-            (UnitPlan::Own, _) => self.index.own_unit(layout, line, line_at),
+            (UnitPlan::Own, _) => src
+                .layout()
+                .and_then(|layout| self.index.own_unit(layout, line, line_at)),
             _ => None,
         };
         // Offsets in the payload: below `PAYLOAD`; small objects: fewer than 2^16 functions.
-        let count = layout.functions.len() as u16;
+        let count = src.count() as u16;
         self.index.plain.push(match plain {
             Some((file, seq)) if file < u32::from(NOT_PLAIN) => Plain {
                 sym: (self.start[SYMBOLS_R] + self.used[SYMBOLS_R]) as u32,
@@ -1399,7 +1554,7 @@ impl Growing {
         }
         set_size(buf, RANGES, self.used[RANGES_R]);
         set_size(buf, FRAME, self.used[FRAME_R]);
-        for (run, place) in layout.runs.iter().zip(&self.places) {
+        for (run, place) in src.runs().iter().zip(&self.places) {
             if let Place::Extends(i) = *place {
                 let grown = &mut self.runs[i];
                 self.extended.push((grown.section, grown.end));
@@ -1435,7 +1590,7 @@ impl Growing {
             self.open[slot] = open;
         }
 
-        for (run, place) in layout.runs.iter().zip(&self.places) {
+        for (run, place) in src.runs().iter().zip(&self.places) {
             if let Place::New(section) = *place {
                 let k = self.runs.partition_point(|r| r.start < run.start);
                 self.runs.insert(
@@ -1448,7 +1603,7 @@ impl Growing {
                 );
             }
         }
-        self.functions += layout.functions.len();
+        self.functions += src.count();
         Ok(Some(lens.iter().sum()))
     }
 }
@@ -1879,6 +2034,62 @@ mod tests {
                 );
             }
             assert!(again == buf, "seed {seed}: the payloads differ");
+        }
+        assert!(copied > 5000, "{copied} one-function objects copied");
+    }
+
+    /// A payload rebuilt without some of its objects by copying the others' bytes into a
+    /// new payload (`append_copy_of` from another state's payload and index, what
+    /// `State::recopy` does) is, byte for byte, the payload that appending the same objects
+    /// to a new payload makes.
+    #[test]
+    fn payloads_rebuilt_by_copies_are_the_payloads_appending_makes() {
+        let mut copied = 0;
+        for seed in 0..200u64 {
+            let files = [
+                "a.js", "b.js", "c.js", "d.js", "e.js", "f.js", "g.js", "h.js", "i.js",
+            ];
+            let mut r = crate::elf::test_support::Rng::new(seed);
+            let objects: Vec<JitObject> =
+                (random_objects(seed).into_iter())
+                    .chain((0..60).map(|i| {
+                        let file = files[((seed + i * (seed % 4)) % files.len() as u64) as usize];
+                        small_in(i, 0x6000_0000 + seed * 0x10_0000 + i * 80, file)
+                    }))
+                    .chain((0..4).map(|i| {
+                        several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)
+                    }))
+                    .collect();
+            let (buf, growing, appended) = grown(&objects);
+            let index = growing.index();
+            let keep: Vec<usize> = (0..appended.len()).filter(|_| r.below(5) != 0).collect();
+            let (mut rebuilt, mut rebuilt_state) = Growing::new(None).unwrap();
+            let (mut direct, mut direct_state) = Growing::new(None).unwrap();
+            for &k in &keep {
+                let o = appended[k];
+                let got = match index.plain(k) {
+                    Some(p) => {
+                        copied += usize::from(o.functions().len() == 1);
+                        rebuilt_state.append_copy_of(&mut rebuilt, &buf, Some(index), p)
+                    }
+                    None => rebuilt_state.append(&mut rebuilt, o),
+                };
+                assert!(
+                    matches!(got, Ok(Some(_))),
+                    "seed {seed}: object {k}: {got:?}"
+                );
+                let want = direct_state.append(&mut direct, o);
+                assert!(
+                    matches!(want, Ok(Some(_))),
+                    "seed {seed}: object {k}: {want:?}"
+                );
+                assert_eq!(
+                    rebuilt_state.index().is_plain(rebuilt_state.objects() - 1),
+                    direct_state.index().is_plain(direct_state.objects() - 1),
+                    "seed {seed}: object {k}"
+                );
+            }
+            assert!(rebuilt == direct, "seed {seed}: the payloads differ");
         }
         assert!(copied > 5000, "{copied} one-function objects copied");
     }

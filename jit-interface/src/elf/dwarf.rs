@@ -981,9 +981,11 @@ pub(super) fn read_line_sequence(
 /// The start, end and length in bytes of the sequence at the start of `bytes`, as
 /// [`read_line_sequence`] reads it, without its rows.
 pub(super) fn line_sequence_extent(bytes: &[u8]) -> Option<(u64, u64, usize)> {
-    // What `line_sequence` writes, read byte by byte (a payload rebuilt by copies checks
+    // What `line_sequence` writes, read byte by byte (a payload rebuilt by copies reads
     // every sequence it copies): `DW_LNE_set_address` in its one-byte-length form, rows,
     // `DW_LNE_end_sequence`. Anything else: `None` (the caller reads the object back).
+    // Lines are skipped, and addresses wrap: the caller compares the end with the
+    // function's (an address past 2^64 never matches it).
     let [0, 9, set_address, ..] = *bytes else {
         return None;
     };
@@ -991,30 +993,35 @@ pub(super) fn line_sequence_extent(bytes: &[u8]) -> Option<(u64, u64, usize)> {
         return None;
     }
     let start = u64::from_le_bytes(bytes.get(3..11)?.try_into().ok()?);
-    let (mut address, mut line, mut at) = (start, 1i64, 11);
+    let (mut address, mut at) = (start, 11);
+    let mut wrapped = false;
     loop {
         let op = *bytes.get(at)?;
         at += 1;
         if op >= OPCODE_BASE {
-            let n = op - OPCODE_BASE;
-            address = address.checked_add(u64::from(n / LINE_RANGE as u8))?;
-            line = line.checked_add(i64::from(n % LINE_RANGE as u8) + LINE_BASE)?;
+            let step = u64::from((op - OPCODE_BASE) / LINE_RANGE as u8);
+            let (a, w) = address.overflowing_add(step);
+            (address, wrapped) = (a, wrapped | w);
             continue;
         }
         match dw::DwLns(op) {
             dw::DW_LNS_advance_pc | dw::DW_LNS_advance_line => {
                 let mut g = Reader::new(bytes.get(at..)?);
                 if op == dw::DW_LNS_advance_pc.0 {
-                    address = address.checked_add(g.uleb("a line sequence").ok()?)?;
+                    let (a, w) = address.overflowing_add(g.uleb("a line sequence").ok()?);
+                    (address, wrapped) = (a, wrapped | w);
                 } else {
-                    line = line.checked_add(g.sleb("a line sequence").ok()?)?;
+                    g.sleb("a line sequence").ok()?;
                 }
                 at += g.pos();
             }
-            dw::DW_LNS_const_add_pc => address = address.checked_add(CONST_ADD_PC)?,
+            dw::DW_LNS_const_add_pc => {
+                let (a, w) = address.overflowing_add(CONST_ADD_PC);
+                (address, wrapped) = (a, wrapped | w);
+            }
             _ if op == 0 => {
                 let end = bytes.get(at..at + 2)? == [1, dw::DW_LNE_end_sequence.0];
-                return end.then_some((start, address, at + 2));
+                return (end && !wrapped).then_some((start, address, at + 2));
             }
             _ => return None,
         }
