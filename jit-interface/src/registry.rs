@@ -197,7 +197,8 @@ struct Batch {
     /// attached (`State::append_growing`): the state of its payload.
     growing: Option<Box<crate::elf::Growing>>,
     /// Once it stops growing: where its plain objects are in its payload (see
-    /// `Batch::decode_member`), until a rewrite gives every member a model.
+    /// `Batch::decode_member`), which rebuilding it by copies (`State::recopy`) keeps, and a
+    /// rewrite by the general encoder replaces with a model for every member.
     index: Option<Box<crate::elf::GrowingIndex>>,
     /// The end split off another batch (see `State::peel`), counted in `State::peeled`.
     peeled: bool,
