@@ -1856,25 +1856,17 @@ impl State {
         for (id, model) in keep {
             self.set_model(id, Some(Arc::new(model)));
         }
-        let mut cell = EntryCell::new();
-        *cell.entry.get_mut() = JitCodeEntry::new(&buf);
-        let Some(batch) = self.batches.get_mut(batch_id) else {
-            return false;
+        // The records of members that keep theirs stay where they are.
+        let records = match self.batches.get_mut(batch_id) {
+            Some(b) if slots.iter().any(|s| s.len > 0) => std::mem::take(&mut b.records),
+            _ => Vec::new(),
         };
-        // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
-        // take the old ones' place in the batch right after (the old payload is freed or
-        // kept as a spare only then, after the debugger was told).
-        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
-        batch.cell = cell;
-        let old = std::mem::replace(&mut batch.buf, buf);
-        batch.members = slots;
-        if batch.members.iter().all(|s| s.len == 0) {
-            batch.records = Vec::new();
-        }
+        self.swap_payload(batch_id, EntryCell::new(), buf, slots);
         let (index, mirror) = growing.seal();
-        batch.index = index.has_plain().then(|| Box::new(index));
-        batch.dead = 0;
-        self.keep_spare(old);
+        if let Some(batch) = self.batches.get_mut(batch_id) {
+            batch.records = records;
+            batch.index = index.has_plain().then(|| Box::new(index));
+        }
         if let Some(mirror) = mirror {
             self.keep_spare(mirror);
         }
@@ -1957,7 +1949,8 @@ impl State {
 
     /// Puts payload `buf` holding `members` in the place of batch `batch_id`'s (its entry
     /// `cell` swapped in for the old one) after a rewrite (`rewrite`, `peel`): a compact
-    /// batch's records are in `buf`, an ELF batch's members all have their models.
+    /// batch's records are in `buf`, an ELF batch's members all have their models (a batch
+    /// rebuilt by copies, `recopy`, gives it its index and records back after).
     fn swap_payload(
         &mut self,
         batch_id: u64,
