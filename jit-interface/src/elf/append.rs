@@ -1961,6 +1961,25 @@ mod tests {
         }
     }
 
+    /// Objects for the copy tests: random ones of every kind, `small` one-function objects
+    /// of 9 files in turns (in runs that depend on the seed), and `multi` objects of
+    /// several functions.
+    fn copy_mix(seed: u64, small: u64, multi: u64) -> Vec<JitObject> {
+        let files = [
+            "a.js", "b.js", "c.js", "d.js", "e.js", "f.js", "g.js", "h.js", "i.js",
+        ];
+        (random_objects(seed).into_iter())
+            .chain((0..small).map(|i| {
+                let file = files[((seed + i * (seed % 4)) % files.len() as u64) as usize];
+                small_in(i, 0x6000_0000 + seed * 0x10_0000 + i * 80, file)
+            }))
+            .chain(
+                (0..multi)
+                    .map(|i| several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)),
+            )
+            .collect()
+    }
+
     /// A new payload with `objects` appended in order, its state, and the objects it took
     /// (it refuses some: call sites, overlapping code, no room).
     fn grown(objects: &[JitObject]) -> (Vec<u8>, Growing, Vec<&JitObject>) {
@@ -1982,19 +2001,7 @@ mod tests {
     fn plain_objects_copied_append_the_same_bytes() {
         let mut copied = 0;
         for seed in 0..300u64 {
-            let files = [
-                "a.js", "b.js", "c.js", "d.js", "e.js", "f.js", "g.js", "h.js", "i.js",
-            ];
-            let objects: Vec<JitObject> =
-                (random_objects(seed).into_iter())
-                    .chain((0..40).map(|i| {
-                        let file = files[((seed + i * (seed % 4)) % files.len() as u64) as usize];
-                        small_in(i, 0x6000_0000 + seed * 0x10_0000 + i * 80, file)
-                    }))
-                    .chain((0..6).map(|i| {
-                        several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)
-                    }))
-                    .collect();
+            let objects = copy_mix(seed, 40, 6);
             let (buf, growing, appended) = grown(&objects);
             // Everything rolled back, then appended again (as `State::regrow` does).
             let plains: Vec<_> = (0..appended.len())
@@ -2046,20 +2053,8 @@ mod tests {
     fn payloads_rebuilt_by_copies_are_the_payloads_appending_makes() {
         let mut copied = 0;
         for seed in 0..200u64 {
-            let files = [
-                "a.js", "b.js", "c.js", "d.js", "e.js", "f.js", "g.js", "h.js", "i.js",
-            ];
             let mut r = crate::elf::test_support::Rng::new(seed);
-            let objects: Vec<JitObject> =
-                (random_objects(seed).into_iter())
-                    .chain((0..60).map(|i| {
-                        let file = files[((seed + i * (seed % 4)) % files.len() as u64) as usize];
-                        small_in(i, 0x6000_0000 + seed * 0x10_0000 + i * 80, file)
-                    }))
-                    .chain((0..4).map(|i| {
-                        several(seed * 12 + i, 0x6800_0000 + seed * 0x10_0000 + i * 0x4000)
-                    }))
-                    .collect();
+            let objects = copy_mix(seed, 60, 4);
             let (buf, growing, appended) = grown(&objects);
             let index = growing.index();
             let keep: Vec<usize> = (0..appended.len()).filter(|_| r.below(5) != 0).collect();
