@@ -12,7 +12,7 @@
 //! read (truncated core, damaged entry or payload: the problems are listed); 1 nothing could
 //! be read (unreadable files, no descriptor); 2 usage error.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -602,7 +602,97 @@ fn parse_addr(s: &str) -> Option<u64> {
     u64::from_str_radix(h, 16).ok()
 }
 
-fn symbolize_line(s: &Symbolizer, token: &str) -> String {
+/// Most bytes of a source file on disk that `--symbolize` reads to show a line of it.
+const MAX_SOURCE_FILE: u64 = 64 << 20;
+
+/// The text of source lines for `--symbolize`: from the texts the payloads carry (the
+/// function's own object's first, then any payload's for the same file name), else from
+/// the file on disk if it can be read. Each text is split into lines once.
+struct SourceLines<'r> {
+    /// The texts of each (entry, object), by file name.
+    carried: HashMap<(usize, usize, &'r str), &'r str>,
+    /// The first text any payload carries for a file name.
+    any: HashMap<&'r str, &'r str>,
+    /// The (entry, object) of each function, by start address (the last one wins).
+    owner: HashMap<u64, (usize, usize)>,
+    /// Texts split into lines: carried ones by address, files on disk by name (`None`:
+    /// not readable).
+    split: HashMap<*const u8, Vec<&'r str>>,
+    disk: HashMap<String, Option<Vec<String>>>,
+}
+
+impl<'r> SourceLines<'r> {
+    fn new(report: &'r Report) -> SourceLines<'r> {
+        let mut lines = SourceLines {
+            carried: HashMap::new(),
+            any: HashMap::new(),
+            owner: HashMap::new(),
+            split: HashMap::new(),
+            disk: HashMap::new(),
+        };
+        for (e, entry) in report.entries.iter().enumerate() {
+            let Ok(p) = &entry.result else { continue };
+            for f in &p.functions {
+                lines.owner.insert(f.start, (e, f.object));
+            }
+            for s in &p.sources {
+                lines
+                    .carried
+                    .entry((e, s.object, s.file.as_str()))
+                    .or_insert(&s.text);
+                lines.any.entry(s.file.as_str()).or_insert(&s.text);
+            }
+        }
+        lines
+    }
+
+    /// Line `line` of `file`, the source of `f`, trimmed (`None`: no text, no such line).
+    fn line(&mut self, f: &FunctionInfo, file: &str, line: u32) -> Option<String> {
+        let i = usize::try_from(line).ok()?.checked_sub(1)?;
+        let own = self
+            .owner
+            .get(&f.start)
+            .and_then(|&(e, o)| self.carried.get(&(e, o, file)));
+        let text = own.or_else(|| self.any.get(file)).copied();
+        let got = match text {
+            Some(text) => {
+                let lines = self
+                    .split
+                    .entry(text.as_ptr())
+                    .or_insert_with(|| text.lines().collect());
+                lines.get(i).map(|l| l.to_string())
+            }
+            None => {
+                let lines = self
+                    .disk
+                    .entry(file.to_string())
+                    .or_insert_with(|| read_source_file(file));
+                lines.as_ref()?.get(i).cloned()
+            }
+        };
+        got.map(|l| l.trim().to_string()).filter(|l| !l.is_empty())
+    }
+}
+
+/// The lines of source file `path` on disk, if it is a readable regular file of at most
+/// `MAX_SOURCE_FILE` bytes (the name comes from the core: no devices, nothing huge).
+fn read_source_file(path: &str) -> Option<Vec<String>> {
+    let meta = std::fs::metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > MAX_SOURCE_FILE {
+        return None;
+    }
+    let bytes = std::fs::read(path).ok()?;
+    Some(
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// `ADDR NAME+OFFSET [FILE:LINE[\tSOURCE LINE]]`: the source line's text after a tab, when
+/// the payload carries the file's text or the file can be read.
+fn symbolize_line(s: &Symbolizer, sources: &mut SourceLines<'_>, token: &str) -> String {
     let Some(addr) = parse_addr(token) else {
         return format!("{token} ?? (not a hex address)");
     };
@@ -612,6 +702,12 @@ fn symbolize_line(s: &Symbolizer, token: &str) -> String {
             if let Some(loc) = hit.location() {
                 line.push(' ');
                 line.push_str(&loc);
+                if let (Some(file), Some(n)) = (&hit.function.file, hit.line) {
+                    if let Some(text) = sources.line(hit.function, file, n) {
+                        line.push('\t');
+                        line.push_str(&text);
+                    }
+                }
             }
             line
         }
@@ -764,17 +860,18 @@ pub fn run(o: &Options) -> Result<i32, String> {
         Action::List => list(&report, &mut stdout.lock()).map_err(io)?,
         Action::Symbolize(addrs) => {
             let s = Symbolizer::new(report.functions().cloned().collect());
+            let mut sources = SourceLines::new(&report);
             let mut out = std::io::BufWriter::new(stdout.lock());
             if addrs.is_empty() {
                 for line in std::io::stdin().lock().lines() {
                     let line = line.map_err(|e| format!("reading addresses from stdin: {e}"))?;
                     for t in line.split_whitespace() {
-                        writeln!(out, "{}", symbolize_line(&s, t)).map_err(io)?;
+                        writeln!(out, "{}", symbolize_line(&s, &mut sources, t)).map_err(io)?;
                     }
                 }
             } else {
                 for t in addrs {
-                    writeln!(out, "{}", symbolize_line(&s, t)).map_err(io)?;
+                    writeln!(out, "{}", symbolize_line(&s, &mut sources, t)).map_err(io)?;
                 }
             }
             out.flush().map_err(io)?;
@@ -825,6 +922,75 @@ mod tests {
             .0
             .contains("one of"));
         assert!(p(&["c", "--exe"]).unwrap_err().0.contains("needs a value"));
+    }
+
+    /// A report of one entry holding `payload`.
+    fn report_of(payload: &[u8]) -> Report {
+        Report {
+            descriptor: 0,
+            bias: 0,
+            bias_how: String::new(),
+            header: String::new(),
+            entries: vec![Entry {
+                addr: 0x1000,
+                payload_addr: 0x2000,
+                payload_size: payload.len() as u64,
+                result: Ok(decode_payload(payload).unwrap()),
+            }],
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn symbolize_shows_the_source_line_when_it_has_the_text() {
+        use jit_interface::{JitObject, LineRow};
+        let dir = std::env::temp_dir().join(format!("jit-gdb-inspect-src-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let on_disk = dir.join("disk.js");
+        std::fs::write(&on_disk, "one\n  two on disk  \n").unwrap();
+        let on_disk = on_disk.to_str().unwrap();
+        let mut o = JitObject::new();
+        let rows = |a, b| {
+            [
+                LineRow { offset: 0, line: a },
+                LineRow { offset: 8, line: b },
+            ]
+        };
+        let f = o.add_function("fib", 0x7000, 16).unwrap();
+        o.set_lines(f, "fib.js", &rows(7, 9)).unwrap();
+        o.set_source("fib.js", "1\n2\n3\n4\n5\n6\n    let p = probe(n);\n8\n\n")
+            .unwrap();
+        let g = o.add_function("disk", 0x7010, 16).unwrap();
+        o.set_lines(g, on_disk, &rows(2, 5)).unwrap();
+        let h = o.add_function("nowhere", 0x7020, 16).unwrap();
+        o.set_lines(h, "/no/such/file.js", &rows(1, 2)).unwrap();
+        let report = report_of(&jit_interface::format::encode(&o, None).unwrap());
+        let s = Symbolizer::new(report.functions().cloned().collect());
+        let mut sources = SourceLines::new(&report);
+        let mut sym = |a| symbolize_line(&s, &mut sources, a);
+        // The carried text; the file on disk; neither: the line as it always was.
+        assert_eq!(sym("0x7004"), "0x7004 fib+0x4 fib.js:7\tlet p = probe(n);");
+        assert_eq!(
+            sym("7008"),
+            "0x7008 fib+0x8 fib.js:9",
+            "a blank line adds nothing"
+        );
+        assert_eq!(
+            sym("0x7010"),
+            format!("0x7010 disk+0x0 {on_disk}:2\ttwo on disk")
+        );
+        assert_eq!(
+            sym("0x7018"),
+            format!("0x7018 disk+0x8 {on_disk}:5"),
+            "past the end"
+        );
+        assert_eq!(sym("0x7020"), "0x7020 nowhere+0x0 /no/such/file.js:1");
+        assert_eq!(sym("0x9000"), "0x9000 ??");
+        // The fields before the text are whitespace-separated as before.
+        let line = sym("0x7004");
+        let w: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(&w[..3], ["0x7004", "fib+0x4", "fib.js:7"]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -88,6 +88,22 @@ int32_t jit_object_add_function(struct jit_object *obj, const char *name, uint64
 int jit_object_set_lines(struct jit_object *obj, int32_t fn, const char *file, const struct jit_line *rows, size_t n);
 
 /**
+ * Attaches the text of source file `file` to the object, for code compiled from a string
+ * (eval, a REPL, a fetched script) that has no file on disk: the payload carries it and
+ * debuggers show it (`list` in GDB). `file` is the name `jit_object_set_lines` gives the
+ * functions' rows; a later call for the same file replaces the text. `text` is `len`
+ * bytes, not necessarily NUL-terminated (NULL only when `len` is 0: an empty text);
+ * bytes that are not valid UTF-8 are replaced by U+FFFD, and so are NUL bytes. A text of
+ * more than 1 MiB is cut after a line break and ends with a line that says how much was
+ * kept; `len` above 64 MiB is refused. Returns 0, or -1.
+ *
+ * # Safety
+ * `obj` came from `jit_object_new`; `file` is a NUL-terminated string; `text` points to
+ * `len` readable bytes (or is NULL with `len` 0).
+ */
+int jit_object_set_source(struct jit_object *obj, const char *file, const char *text, size_t len);
+
+/**
  * Sets explicit unwind rows for function `fn`. Returns 0, or -1.
  *
  * # Safety

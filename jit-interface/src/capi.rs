@@ -94,6 +94,21 @@ fn text<'a>(p: *const c_char, what: &'static str) -> Result<&'a str, Error> {
     })
 }
 
+/// A source file name from C: as [`text`], but its errors name the file name.
+fn file_name<'a>(p: *const c_char) -> Result<&'a str, Error> {
+    if p.is_null() {
+        return Err(Error::NullPointer("file"));
+    }
+    // SAFETY: non-null and, per the API contract, a NUL-terminated string valid for the call.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str().map_err(|_| {
+        Error::BadFileName(format!(
+            "the file name is not valid UTF-8: {}",
+            s.to_string_lossy()
+        ))
+    })
+}
+
 fn object<'a>(obj: *mut jit_object) -> Result<&'a mut JitObject, Error> {
     if obj.is_null() {
         return Err(Error::NullPointer("obj"));
@@ -178,7 +193,7 @@ pub unsafe extern "C" fn jit_object_set_lines(
 ) -> c_int {
     guard(-1, || {
         let o = object(obj)?;
-        let file = text(file, "file")?;
+        let file = file_name(file)?;
         let rows: Vec<LineRow> = slice(rows, n, "rows")?
             .iter()
             .map(|r| LineRow {
@@ -187,6 +202,45 @@ pub unsafe extern "C" fn jit_object_set_lines(
             })
             .collect();
         o.set_lines(function_index(r#fn)?, file, &rows)?;
+        Ok(0)
+    })
+}
+
+/// Most bytes `jit_object_set_source` takes: more is refused before anything is read or
+/// allocated (texts above `MAX_SOURCE_BYTES`, 1 MiB, are cut to it anyway).
+const MAX_SOURCE_ARG_BYTES: usize = 64 << 20;
+
+/// Attaches the text of source file `file` to the object, for code compiled from a string
+/// (eval, a REPL, a fetched script) that has no file on disk: the payload carries it and
+/// debuggers show it (`list` in GDB). `file` is the name `jit_object_set_lines` gives the
+/// functions' rows; a later call for the same file replaces the text. `text` is `len`
+/// bytes, not necessarily NUL-terminated (NULL only when `len` is 0: an empty text);
+/// bytes that are not valid UTF-8 are replaced by U+FFFD, and so are NUL bytes. A text of
+/// more than 1 MiB is cut after a line break and ends with a line that says how much was
+/// kept; `len` above 64 MiB is refused. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `file` is a NUL-terminated string; `text` points to
+/// `len` readable bytes (or is NULL with `len` 0).
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_set_source(
+    obj: *mut jit_object,
+    file: *const c_char,
+    text: *const c_char,
+    len: usize,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let file = file_name(file)?;
+        // Bounded before the bytes are touched: a bad `len` must not make us read or copy
+        // gigabytes.
+        if len > MAX_SOURCE_ARG_BYTES {
+            return Err(Error::TooLarge(format!(
+                "source text of {len} bytes is larger than {MAX_SOURCE_ARG_BYTES} bytes (64 MiB), the most jit_object_set_source takes (texts above 1 MiB are cut to 1 MiB)"
+            )));
+        }
+        let bytes = slice(text.cast::<u8>(), len, "text")?;
+        o.set_source(file, &String::from_utf8_lossy(bytes))?;
         Ok(0)
     })
 }
@@ -579,4 +633,83 @@ pub extern "C" fn jit_perf_flush() -> c_int {
 #[no_mangle]
 pub extern "C" fn jit_perf_error() -> *const c_char {
     guard(std::ptr::null(), || Ok(crate::perf::last_error_ptr()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn last_error() -> String {
+        // SAFETY: jit_last_error returns a NUL-terminated string of this thread.
+        unsafe { CStr::from_ptr(jit_last_error()) }
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    #[test]
+    fn set_source_takes_bytes_and_names_what_is_wrong() {
+        let obj = jit_object_new();
+        let file = c"repl.js";
+        let text = b"let x = 1;\nbad \xff\0 bytes";
+        // SAFETY: a live object, a NUL-terminated name, `text` with its length; the NULL
+        // and oversized arguments are refused before anything is read.
+        unsafe {
+            let set = |f: *const c_char, t: *const u8, n: usize| {
+                jit_object_set_source(obj, f, t.cast(), n)
+            };
+            assert_eq!(set(file.as_ptr(), text.as_ptr(), text.len()), 0);
+            assert_eq!(
+                (*obj).inner.source("repl.js"),
+                Some("let x = 1;\nbad \u{FFFD}\u{FFFD} bytes")
+            );
+            // Only `len` bytes: no terminator needed.
+            assert_eq!(set(file.as_ptr(), text.as_ptr(), 3), 0);
+            assert_eq!((*obj).inner.source("repl.js"), Some("let"));
+            // NULL with length 0: an empty text.
+            assert_eq!(set(c"empty.js".as_ptr(), std::ptr::null(), 0), 0);
+            assert_eq!((*obj).inner.source("empty.js"), Some(""));
+
+            assert_eq!(set(file.as_ptr(), std::ptr::null(), 5), -1);
+            assert_eq!(last_error(), "NULL pointer passed as `text`");
+            assert_eq!(set(std::ptr::null(), text.as_ptr(), 1), -1);
+            assert_eq!(last_error(), "NULL pointer passed as `file`");
+            assert_eq!(
+                jit_object_set_source(std::ptr::null_mut(), file.as_ptr(), std::ptr::null(), 0),
+                -1
+            );
+            assert_eq!(last_error(), "NULL pointer passed as `obj`");
+            // A length no text has: refused before the (short) buffer is read.
+            let huge = MAX_SOURCE_ARG_BYTES + 1;
+            assert_eq!(set(file.as_ptr(), text.as_ptr(), huge), -1);
+            assert_eq!(
+                last_error(),
+                format!("too large: source text of {huge} bytes is larger than 67108864 bytes (64 MiB), the most jit_object_set_source takes (texts above 1 MiB are cut to 1 MiB)")
+            );
+            // File names: the error names the file name, not a function name.
+            assert_eq!(set(c"".as_ptr(), text.as_ptr(), 1), -1);
+            assert_eq!(
+                last_error(),
+                "bad source file name: the source file name is empty"
+            );
+            assert_eq!(set(c"a\xffb".as_ptr(), text.as_ptr(), 1), -1);
+            assert!(
+                last_error().starts_with("bad source file name: the file name is not valid UTF-8"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(
+                (*obj).inner.sources().count(),
+                2,
+                "refused calls change nothing"
+            );
+
+            // Between 1 MiB and 64 MiB: accepted and cut.
+            let big = "0123456789abcde\n".repeat(2 << 16); // 2 MiB
+            assert_eq!(set(file.as_ptr(), big.as_ptr(), big.len()), 0);
+            let kept = (*obj).inner.source("repl.js").unwrap();
+            assert!(kept.len() <= crate::model::MAX_SOURCE_BYTES);
+            assert!(kept.ends_with(&format!("of {} bytes kept]\n", big.len())));
+            jit_object_free(obj);
+        }
+    }
 }

@@ -61,6 +61,8 @@ mod pages;
 pub mod perf;
 #[cfg(feature = "runtime")]
 mod registry;
+#[cfg(feature = "inspect")]
+pub mod source_cache;
 
 #[cfg(feature = "runtime")]
 pub use capi::*;
@@ -71,6 +73,7 @@ pub use format::{
 pub use model::{
     Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame, Function, FunctionId,
     FunctionIter, Functions, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
+    MAX_SOURCE_BYTES,
 };
 #[cfg(feature = "runtime")]
 pub use registry::{

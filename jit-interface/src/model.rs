@@ -346,6 +346,10 @@ impl Span {
 /// Most bytes of names, and most line rows, one object stores.
 const MAX_STORED: usize = u32::MAX as usize;
 
+/// Most bytes of source text an object keeps per file, and the longest source file name
+/// ([`JitObject::set_source`]): the payload formats' limit for a text (1 MiB).
+pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+
 /// `Entry::file` of a function without line rows. Never a file's index: every file takes
 /// at least one of the at most `MAX_STORED` bytes of text.
 const NO_FILE: u32 = u32::MAX;
@@ -695,6 +699,58 @@ fn has_nul(b: &[u8]) -> bool {
     any != 0
 }
 
+/// `text` as an object keeps it (see `JitObject::set_source`): NUL bytes replaced by U+FFFD,
+/// cut to at most `MAX_SOURCE_BYTES` bytes with a last line saying what was kept.
+fn source_text(text: &str) -> String {
+    let nuls = if has_nul(text.as_bytes()) {
+        text.bytes().filter(|&b| b == 0).count()
+    } else {
+        0
+    };
+    // U+FFFD takes 3 bytes where the NUL took 1.
+    let total = text.len() + 2 * nuls;
+    if total <= MAX_SOURCE_BYTES {
+        return if nuls == 0 {
+            text.to_owned()
+        } else {
+            text.replace('\0', "\u{FFFD}")
+        };
+    }
+    cut_source(text, total)
+}
+
+/// `text` (`total` bytes once NULs are replaced, more than `MAX_SOURCE_BYTES`) cut to fit.
+#[cold]
+fn cut_source(text: &str, total: usize) -> String {
+    // Only the start is kept: NULs are replaced in a prefix that covers it (at least
+    // `MAX_SOURCE_BYTES - 3` bytes after replacement, more than the room below).
+    let mut end = MAX_SOURCE_BYTES.min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let head = text[..end].replace('\0', "\u{FFFD}");
+    let marker =
+        |kept: usize| format!("[jit-gdb: source text cut: {kept} of {total} bytes kept]\n");
+    // Room for the lines kept, a line break if the cut is inside a line, and the marker
+    // line (its count of bytes kept is at most as long as MAX_SOURCE_BYTES's).
+    let room = MAX_SOURCE_BYTES - marker(MAX_SOURCE_BYTES).len() - 1;
+    let kept = match head.as_bytes()[..room].iter().rposition(|&b| b == b'\n') {
+        Some(at) => at + 1,
+        // One long line (minified code): cut inside it, on a character boundary.
+        None => (0..=room)
+            .rev()
+            .find(|&i| head.is_char_boundary(i))
+            .unwrap_or(0),
+    };
+    let mut out = String::with_capacity(kept + 1 + marker(kept).len());
+    out.push_str(&head[..kept]);
+    if kept > 0 && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out.push_str(&marker(kept));
+    out
+}
+
 /// Are line rows good for a function of `size` bytes? One branch-free pass for the usual
 /// case of good rows; `line_rows_error` names the problem.
 #[inline]
@@ -835,6 +891,21 @@ struct Rare {
     extras: Vec<Extras>,
     /// Index of every file, once there are more than `SCAN_FILES`.
     file_index: Option<HashMap<Box<str>, u32>>,
+    /// Source texts (file name, text), in order of first set (`JitObject::set_source`).
+    sources: Vec<(Box<str>, Box<str>)>,
+    /// Index of `sources` by file name, once there are more than `SCAN_FILES`: a decoder
+    /// sets one text per entry of a payload's table, which may be long.
+    source_index: Option<HashMap<Box<str>, usize>>,
+}
+
+impl Rare {
+    /// Where the text of `file` is in `sources`.
+    fn find_source(&self, file: &str) -> Option<usize> {
+        match &self.source_index {
+            Some(index) => index.get(file).copied(),
+            None => self.sources.iter().position(|(f, _)| &**f == file),
+        }
+    }
 }
 
 /// The emptied storage of an object, for the next object made on the same thread.
@@ -882,20 +953,25 @@ const SCAN_FILES: usize = 8;
 
 impl std::fmt::Debug for JitObject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JitObject")
-            .field("arch", &self.arch)
-            .field("functions", &self.functions())
-            .finish()
+        let mut d = f.debug_struct("JitObject");
+        d.field("arch", &self.arch)
+            .field("functions", &self.functions());
+        // Only when there are some: the usual object prints as it always did.
+        if self.has_sources() {
+            d.field("sources", &self.sources().collect::<Vec<_>>());
+        }
+        d.finish()
     }
 }
 
 /// Objects are equal if they describe the same functions in the same order (however their
-/// storage was filled).
+/// storage was filled), and carry the same source texts in the same order.
 impl PartialEq for JitObject {
     fn eq(&self, other: &Self) -> bool {
         self.arch == other.arch
             && self.entries.len() == other.entries.len()
             && self.functions().iter().eq(other.functions().iter())
+            && self.sources().eq(other.sources())
     }
 }
 
@@ -907,6 +983,9 @@ impl std::hash::Hash for JitObject {
         self.entries.len().hash(state);
         for f in self.functions() {
             f.hash(state);
+        }
+        for source in self.sources() {
+            source.hash(state);
         }
     }
 }
@@ -978,6 +1057,24 @@ impl JitObject {
 
     fn more_files(&self) -> &[Span] {
         self.rare.as_ref().map_or(&[], |r| &r.more_files)
+    }
+
+    /// The source texts given with [`Self::set_source`]: (file name, text), in the order
+    /// each file was first given one.
+    pub fn sources(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        let sources = self.rare.as_ref().map_or(&[][..], |r| &r.sources[..]);
+        sources.iter().map(|(file, text)| (&**file, &**text))
+    }
+
+    /// The source text of `file`, if one was given.
+    pub fn source(&self, file: &str) -> Option<&str> {
+        let rare = self.rare.as_ref()?;
+        rare.find_source(file).map(|i| &*rare.sources[i].1)
+    }
+
+    /// Does the object carry any source text?
+    pub fn has_sources(&self) -> bool {
+        self.rare.as_ref().is_some_and(|r| !r.sources.is_empty())
     }
 
     /// The extras of `e`, if it has some.
@@ -1463,6 +1560,43 @@ impl JitObject {
         &mut rare.extras[at as usize]
     }
 
+    /// Attaches the text of source file `file` to the object (replacing a text given for
+    /// `file` before), for runtimes that compile from strings (eval, a REPL, fetched
+    /// scripts): the payload carries it, and debuggers show it where no file `file` exists.
+    /// `file` is the name the functions' line rows give (`set_lines`); any name is allowed
+    /// (`..`, `/` and absolute paths too: readers map names to places of their own).
+    ///
+    /// The file name must be non-empty, without NUL, and at most [`MAX_SOURCE_BYTES`] bytes.
+    /// The text may be empty. NUL bytes in it become U+FFFD (the formats carry texts
+    /// without NUL). A text longer than [`MAX_SOURCE_BYTES`] is cut after its last line
+    /// break that leaves room, and a last line says so and what was kept, e.g.
+    /// `[jit-gdb: source text cut: 1048000 of 5242880 bytes kept]` (byte counts after NUL
+    /// replacement); the whole stays within [`MAX_SOURCE_BYTES`].
+    pub fn set_source(&mut self, file: &str, text: &str) -> Result<()> {
+        if file.len() > MAX_SOURCE_BYTES {
+            return Err(Error::BadFileName(format!(
+                "the source file name is {} bytes long, above the limit of {MAX_SOURCE_BYTES}",
+                file.len()
+            )));
+        }
+        check_text("the source file name", file).map_err(Error::BadFileName)?;
+        let text = source_text(text).into_boxed_str();
+        let rare = self.rare_mut();
+        if let Some(i) = rare.find_source(file) {
+            rare.sources[i].1 = text;
+            return Ok(());
+        }
+        let i = rare.sources.len();
+        rare.sources.push((file.into(), text));
+        if let Some(index) = &mut rare.source_index {
+            index.insert(file.into(), i);
+        } else if rare.sources.len() > SCAN_FILES {
+            let index = (0..).zip(&rare.sources).map(|(i, (f, _))| (f.clone(), i));
+            rare.source_index = Some(index.collect());
+        }
+        Ok(())
+    }
+
     /// Checks what can only be checked on the whole object: it has functions, they do not
     /// overlap. Encoders call this.
     pub fn validate(&self) -> Result<()> {
@@ -1589,6 +1723,13 @@ impl JitObject {
                     extras,
                     ..e.clone()
                 });
+            }
+            // One text per file: the first object's (the ELF encoder keeps the same one).
+            for (file, text) in o.sources() {
+                if out.source(file).is_none() {
+                    // Valid: it is one already.
+                    let _ = out.set_source(file, text);
+                }
             }
         }
         out
@@ -1897,6 +2038,163 @@ mod tests {
             [(5, false), (9, false), (16, true)]
         );
         assert_eq!(calls[2].target.address(), Some(0x2000));
+    }
+
+    #[test]
+    fn source_texts_are_kept_per_file_in_order_of_first_set() {
+        let mut o = JitObject::new();
+        assert!(!o.has_sources() && o.sources().next().is_none());
+        let plain = o.clone();
+        o.set_source("b.js", "let b;\n").unwrap();
+        o.set_source("a.js", "").unwrap();
+        // Replaced in place: the order is that of the first set.
+        o.set_source("b.js", "let b = 2;\n").unwrap();
+        // Names a reader must map safely are allowed.
+        for name in ["../up.js", "/abs/path.js", "dir/x.js", "<eval 3>"] {
+            o.set_source(name, "x").unwrap();
+        }
+        assert_eq!(
+            o.sources().map(|(f, _)| f).collect::<Vec<_>>(),
+            [
+                "b.js",
+                "a.js",
+                "../up.js",
+                "/abs/path.js",
+                "dir/x.js",
+                "<eval 3>"
+            ]
+        );
+        assert_eq!(o.source("b.js"), Some("let b = 2;\n"));
+        assert_eq!(o.source("a.js"), Some(""));
+        assert_eq!(o.source("c.js"), None);
+        // Sources take part in equality, hashing and Debug (only when present).
+        let hash = |o: &JitObject| {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            o.hash(&mut h);
+            h.finish()
+        };
+        assert_ne!(o, plain);
+        assert_ne!(hash(&o), hash(&plain));
+        let c = o.clone();
+        assert_eq!((&c, hash(&c)), (&o, hash(&o)));
+        let mut other_text = o.clone();
+        other_text.set_source("a.js", "changed").unwrap();
+        assert_ne!(other_text, o);
+        assert!(format!("{o:?}").contains("let b = 2;"));
+        assert!(!format!("{plain:?}").contains("sources"));
+    }
+
+    #[test]
+    fn many_source_files_are_found_again() {
+        let mut o = JitObject::new();
+        for i in 0..40 {
+            o.set_source(&format!("s{i}.js"), &format!("// {i}\n"))
+                .unwrap();
+        }
+        o.set_source("s3.js", "// three\n").unwrap();
+        assert_eq!(o.sources().count(), 40);
+        assert_eq!(o.source("s3.js"), Some("// three\n"));
+        assert_eq!(o.source("s39.js"), Some("// 39\n"));
+        assert_eq!(o.sources().nth(3), Some(("s3.js", "// three\n")));
+        // The clone finds them through its own index.
+        let mut c = o.clone();
+        c.set_source("s20.js", "x").unwrap();
+        assert_eq!((c.sources().count(), c.source("s20.js")), (40, Some("x")));
+    }
+
+    #[test]
+    fn bad_source_file_names_are_refused_naming_the_field() {
+        let mut o = JitObject::new();
+        let long = "x".repeat(MAX_SOURCE_BYTES + 1);
+        for name in ["", "a\0b", long.as_str()] {
+            let e = o.set_source(name, "text").unwrap_err();
+            assert!(matches!(e, Error::BadFileName(_)), "{e:?}");
+            let msg = e.to_string();
+            assert!(msg.starts_with("bad source file name: "), "{msg}");
+            assert!(!msg.contains("function"), "{msg}");
+        }
+        assert!(
+            o.set_source(&long[1..], "").is_ok(),
+            "1 MiB names are allowed"
+        );
+        assert_eq!(o.sources().count(), 1, "refused names are not kept");
+    }
+
+    #[test]
+    fn nul_bytes_in_source_text_become_replacement_characters() {
+        let mut o = JitObject::new();
+        o.set_source("a.js", "a\0b\0").unwrap();
+        assert_eq!(o.source("a.js"), Some("a\u{FFFD}b\u{FFFD}"));
+    }
+
+    /// The marker line a cut text ends with, and the byte counts it gives.
+    fn cut_counts(text: &str) -> (usize, usize) {
+        let body = text.strip_suffix("]\n").expect("ends with the marker line");
+        let at = body.rfind("[jit-gdb: source text cut: ").expect("a marker");
+        let words: Vec<&str> = body[at..].split(' ').collect();
+        // "[jit-gdb:", "source", "text", "cut:", KEPT, "of", TOTAL, "bytes", "kept"
+        (words[4].parse().unwrap(), words[6].parse().unwrap())
+    }
+
+    #[test]
+    fn long_source_texts_are_cut_at_a_line_break_and_say_so() {
+        let line = "let value = compute(argument, another_argument); // 64 bytes ..\n";
+        assert_eq!(line.len(), 64);
+        let text = line.repeat(5 * MAX_SOURCE_BYTES / 64);
+        let mut o = JitObject::new();
+        o.set_source("big.js", &text).unwrap();
+        let kept_text = o.source("big.js").unwrap();
+        assert!(kept_text.len() <= MAX_SOURCE_BYTES, "{}", kept_text.len());
+        let (kept, total) = cut_counts(kept_text);
+        assert_eq!(total, text.len());
+        assert_eq!(kept % 64, 0, "cut after a whole line");
+        assert!(kept > MAX_SOURCE_BYTES - 200, "{kept}");
+        assert_eq!(&kept_text[..kept], &text[..kept]);
+        assert_eq!(
+            &kept_text[kept..],
+            format!("[jit-gdb: source text cut: {kept} of {total} bytes kept]\n")
+        );
+
+        // Exactly at the limit: kept whole; one byte more: cut.
+        let exact = "é".repeat(MAX_SOURCE_BYTES / 2);
+        o.set_source("exact.js", &exact).unwrap();
+        assert_eq!(o.source("exact.js"), Some(exact.as_str()));
+        let over = format!("{exact}\n");
+        o.set_source("over.js", &over).unwrap();
+        let cut = o.source("over.js").unwrap();
+        let (kept, total) = cut_counts(cut);
+        assert_eq!(total, MAX_SOURCE_BYTES + 1);
+        // One long line: cut inside it, on a character boundary, then a line break.
+        assert!(cut.len() <= MAX_SOURCE_BYTES && kept % 2 == 0, "{kept}");
+        assert_eq!(&cut[..kept + 1], format!("{}\n", &exact[..kept]));
+
+        // NULs count as the 3 bytes they become: a text of NULs within the limit as bytes
+        // is cut, after its last line break that leaves room.
+        let nuls = format!(
+            "{}\n{}",
+            "a".repeat(1000),
+            "\0".repeat(MAX_SOURCE_BYTES / 2)
+        );
+        o.set_source("nuls.js", &nuls).unwrap();
+        let cut = o.source("nuls.js").unwrap();
+        assert_eq!(cut_counts(cut), (1001, 1001 + 3 * MAX_SOURCE_BYTES / 2));
+        assert!(cut.starts_with(&nuls[..1001]));
+    }
+
+    #[cfg(feature = "runtime")]
+    #[test]
+    fn merged_objects_keep_the_first_text_of_each_file() {
+        let mut a = object_with(&[&[1]], &["a.js"]);
+        a.set_source("a.js", "first a").unwrap();
+        let mut b = object_with(&[&[2]], &["b.js"]);
+        b.set_source("b.js", "b").unwrap();
+        b.set_source("a.js", "second a").unwrap();
+        let m = JitObject::merged(Arch::HOST, [&a, &b]);
+        assert_eq!(
+            m.sources().collect::<Vec<_>>(),
+            [("a.js", "first a"), ("b.js", "b")]
+        );
     }
 
     #[test]

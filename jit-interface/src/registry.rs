@@ -971,12 +971,15 @@ fn decode_record(records: &[u8], slot: &Slot) -> Option<JitObject> {
     crate::format::decode(&payload).ok().map(|d| d.object)
 }
 
-/// Can `object`'s compact record carry it whole (for re-encoding as ELF)?
+/// Can `object`'s compact record carry it whole (for re-encoding as ELF), and a growing
+/// ELF payload take it? Source texts are carried by the record, but a growing payload has
+/// no room for them: objects with sources take the general path, and keep their models.
 fn lossless(object: &JitObject) -> bool {
-    object
-        .functions()
-        .iter()
-        .all(|f| f.calls().is_empty() && f.variables().is_empty())
+    !object.has_sources()
+        && object
+            .functions()
+            .iter()
+            .all(|f| f.calls().is_empty() && f.variables().is_empty())
 }
 
 /// Index of `arch` in `State::open` (a match, so that a new architecture must get one).

@@ -20,6 +20,9 @@ use jit_interface::{Arch, DecodeError, Decoded, Epilogue, Frame, LineRow, LiveCh
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Records<'a> {
     pub objects: Vec<ObjectRec>,
+    /// The source texts the runtime registered, (file, text), of all objects in payload
+    /// order (a file may come once per object).
+    pub sources: Vec<(&'a str, &'a str)>,
     funcs: Vec<Func<'a>>,
     lines: Vec<LineRow>,
     blocks: Vec<BlockRec<'a>>,
@@ -90,6 +93,7 @@ impl<'a> Records<'a> {
     pub fn from_decoded(decoded: &'a [Decoded]) -> Records<'a> {
         let mut r = Records::default();
         for d in decoded {
+            r.sources.extend(d.object.sources());
             let lo = r.funcs.len();
             for f in d.object.functions() {
                 let lines = push_all(&mut r.lines, f.lines());
@@ -244,6 +248,12 @@ impl<'a> Sink<'a> for RecordSink<'a> {
             live,
             funcs: at..at,
         });
+    }
+
+    fn source(&mut self, file: &'a str, text: &'a str) -> Check {
+        // The decoder checked all the model checks (a name, one text per file, its size).
+        self.r.sources.push((file, text));
+        Ok(())
     }
 
     fn function(&mut self, name: &'a str, start: u64, size: u64) -> Check {
@@ -500,6 +510,8 @@ mod tests {
         o2.set_lines(y, "z.js", &[LineRow { offset: 2, line: 1 }])
             .unwrap();
         o2.add_block(y, "blk", 1, 9, None).unwrap();
+        o2.set_source("z.js", "let z;\n").unwrap();
+        o2.set_source("unused.js", "").unwrap();
         let live = |address, key| Some(LiveCheck { address, key });
         encode_bundle(&[(&sample(), live(0x500, 1)), (&o2, live(0x508, 2))]).unwrap()
     }
@@ -511,6 +523,21 @@ mod tests {
         assert_eq!(r.objects.len(), 2);
         let names: Vec<&str> = r.all_functions().map(|f| f.name).collect();
         assert_eq!(names, ["a", "b", "c", "z", "y"]);
+        assert_eq!(r.sources, [("z.js", "let z;\n"), ("unused.js", "")]);
+    }
+
+    #[test]
+    fn sources_of_every_object_in_payload_order() {
+        let mut a = sample();
+        a.set_source("y.js", "y\n").unwrap();
+        let mut b = JitObject::new();
+        b.add_function("q", 0x9000, 8).unwrap();
+        b.set_source("y.js", "another y").unwrap();
+        let bytes = encode_bundle(&[(&a, None), (&sample(), None), (&b, None)]).unwrap();
+        let r = both(&bytes).expect("accepted");
+        assert_eq!(r.sources, [("y.js", "y\n"), ("y.js", "another y")]);
+        let plain = encode(&sample(), None).unwrap();
+        assert!(both(&plain).expect("accepted").sources.is_empty());
     }
 
     #[test]

@@ -992,8 +992,8 @@ impl Growing {
 
     /// Appends `object` to `buf` (a payload made by [`Growing::new`], with this state) and
     /// returns the bytes it took. `Ok(None)`: it is not appended (no room left, code that
-    /// overlaps code of the payload, call sites); the payload is unchanged. Errors are
-    /// what encoding the object alone refuses.
+    /// overlaps code of the payload, call sites); the payload is unchanged. Errors are what
+    /// encoding the object alone refuses. Objects with source texts are not for it.
     pub(crate) fn append(&mut self, buf: &mut [u8], object: &JitObject) -> Result<Option<usize>> {
         if object.arch() != Arch::X86_64 {
             return Err(Error::Unsupported {
@@ -1004,6 +1004,9 @@ impl Growing {
                 ),
             });
         }
+        // The registry never appends objects with source texts (`registry::lossless`):
+        // the payload has no section for them.
+        debug_assert!(!object.has_sources(), "source texts would be dropped");
         if buf.len() != PAYLOAD {
             return Ok(None);
         }

@@ -3,7 +3,7 @@
 //! makes the checks of [`JitObject::validate`] on the objects as one payload, in the same
 //! pass.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 
 use super::scratch::recycle;
@@ -322,6 +322,37 @@ impl<'a> Layout<'a> {
         parts.file_ids = file_ids;
         parts.unit_of = unit_of;
     }
+}
+
+/// The source texts of `objects`, (file, text): one per file, the first object's that has
+/// one (as `JitObject::merged` keeps), in order of first appearance. Empty (unallocated)
+/// for objects without sources, nearly all. (Not part of [`Layout`]: the growing payload
+/// plans objects without sources one by one, and a larger plan costs it moves.)
+pub(super) fn sources_of<'a>(objects: &[&'a JitObject]) -> Vec<(&'a str, &'a str)> {
+    let mut out: Vec<(&'a str, &'a str)> = Vec::new();
+    let mut index: Option<HashSet<&'a str>> = None;
+    for o in objects.iter().filter(|o| o.has_sources()) {
+        for (file, text) in o.sources() {
+            let known = match &index {
+                Some(index) => index.contains(file),
+                None => out.iter().any(|&(f, _)| f == file),
+            };
+            if known {
+                continue;
+            }
+            out.push((file, text));
+            match &mut index {
+                Some(index) => {
+                    index.insert(file);
+                }
+                None if out.len() > SCAN_FILES => {
+                    index = Some(out.iter().map(|&(f, _)| f).collect());
+                }
+                None => {}
+            }
+        }
+    }
+    out
 }
 
 /// Splits the functions of a unit (indices into `layout.functions`, in address order) into

@@ -60,6 +60,16 @@ pub(crate) fn encode_objects_into(
     out
 }
 
+/// The content of the `.jit_gdb.sources` section for `sources` (not empty). Out of line:
+/// rare, and kept out of the encoder's usual path.
+#[cold]
+#[inline(never)]
+fn source_section(sources: &[(&str, &str)]) -> Vec<u8> {
+    let mut section = Vec::new();
+    crate::format::sources::write_elf(sources, &mut section);
+    section
+}
+
 /// Which writer one-function objects get: the fast one, or (for tests comparing the two)
 /// the general one.
 #[derive(Clone, Copy, PartialEq)]
@@ -77,7 +87,8 @@ fn encode_with(
     path: Path,
 ) -> Result<Vec<u8>> {
     let layout = layout::Layout::new(objects, &mut scratch.layout)?;
-    let out = encode_layout(arch, &layout, scratch, buf, path);
+    let sources = layout::sources_of(objects);
+    let out = encode_layout(arch, &layout, &sources, scratch, buf, path);
     layout.into_parts(&mut scratch.layout);
     out
 }
@@ -85,6 +96,7 @@ fn encode_with(
 fn encode_layout(
     arch: Arch,
     layout: &layout::Layout,
+    sources: &[(&str, &str)],
     scratch: &mut scratch::Scratch,
     buf: Vec<u8>,
     path: Path,
@@ -101,7 +113,13 @@ fn encode_layout(
     dwarf::build(layout, &mut scratch.dwarf)?;
     cfi::debug_frame(arch, layout, &mut scratch.cfi)?;
     let debug = &scratch.dwarf;
-    if layout.functions.len() == 1 && path == Path::Fast {
+    // Source texts in a section of their own, which debuggers ignore and our readers read
+    // (`inspect`, `payload_sources`). Rare: the template below has no place for it.
+    let sources = match sources {
+        [] => Vec::new(),
+        some => source_section(some),
+    };
+    if layout.functions.len() == 1 && path == Path::Fast && sources.is_empty() {
         // What runtimes register one by one: written from a template (indexed too).
         const { assert!(INDEXED_FUNCTIONS >= 1) };
         let data = [
@@ -146,6 +164,10 @@ fn encode_layout(
         writer::DataSection {
             name: &writer::GDB_INDEX,
             data: index,
+        },
+        writer::DataSection {
+            name: &writer::JIT_SOURCES,
+            data: &sources,
         },
     ];
     Ok(writer::write(layout, &sections, buf))
@@ -252,7 +274,87 @@ mod tests {
                 o.add_call_site(f, 5, target).unwrap();
             }
         }
+        // Source texts (taken from the seed, not the generator: the objects are otherwise
+        // what they were), for a file of the object's functions or for another; objects of
+        // one merge give different texts for one file.
+        if seed % 3 == 1 {
+            o.set_source(
+                &format!("file{}.js", seed % files.max(1)),
+                &format!("// {seed}\n"),
+            )
+            .unwrap();
+            if seed % 2 == 0 {
+                o.set_source("unused.js", "").unwrap();
+            }
+        }
         o
+    }
+
+    /// Objects with source texts carry them in a `.jit_gdb.sources` section (not ALLOC,
+    /// PROGBITS, flags 0): one text per file, the first object's; objects without have none.
+    #[test]
+    fn source_texts_go_in_a_section_of_their_own() {
+        use object::read::elf::{FileHeader as _, SectionHeader as _};
+        use object::{Object, ObjectSection};
+
+        let mut a = benchmark_object(1, 64);
+        let plain = super::encode(&a).unwrap();
+        a.set_source("benchmark.js", "line 1\nline 2\n").unwrap();
+        a.set_source("../elsewhere.js", "").unwrap();
+        let mut b = JitObject::new();
+        let f = b.add_function("other", 0x7f00_0001_0000, 16).unwrap();
+        b.set_lines(f, "benchmark.js", &[LineRow { offset: 0, line: 2 }])
+            .unwrap();
+        b.set_source("benchmark.js", "another text").unwrap();
+        b.set_source("b.js", "b\n").unwrap();
+        for (objects, want) in [
+            (
+                vec![&a],
+                vec![
+                    ("benchmark.js", "line 1\nline 2\n"),
+                    ("../elsewhere.js", ""),
+                ],
+            ),
+            (
+                vec![&b, &a],
+                vec![
+                    ("benchmark.js", "another text"),
+                    ("b.js", "b\n"),
+                    ("../elsewhere.js", ""),
+                ],
+            ),
+        ] {
+            let bytes = super::encode_objects(crate::model::Arch::X86_64, &objects).unwrap();
+            let file = object::File::parse(&bytes[..]).unwrap();
+            let section = file
+                .section_by_name(crate::format::SOURCES_SECTION)
+                .expect("the section");
+            let object::File::Elf64(elf) = &file else {
+                panic!("not ELF64")
+            };
+            let endian = elf.endian();
+            let header = elf
+                .elf_section_table()
+                .section(object::SectionIndex(section.index().0))
+                .unwrap();
+            assert_eq!(header.sh_type(endian), object::elf::SHT_PROGBITS);
+            assert_eq!(header.sh_flags(endian), object::elf::SectionFlags(0));
+            assert_eq!(header.sh_addr(endian), 0);
+            let got = crate::format::sources::read_elf(section.data().unwrap()).unwrap();
+            assert_eq!(got, want);
+            // The rest of the payload is what it is without them: the same symbols.
+            assert_eq!(file.symbols().count(), objects.len());
+            assert_eq!(elf.elf_header().e_type(endian), object::elf::ET_REL);
+        }
+        // One function with sources takes the general writer; the template path is for
+        // the others, and leaves the section out.
+        assert!(object::File::parse(&plain[..])
+            .unwrap()
+            .section_by_name(crate::format::SOURCES_SECTION)
+            .is_none());
+        let mut bytes = Vec::new();
+        crate::format::sources::write_elf(&[("a", "")], &mut bytes);
+        assert_eq!(bytes, [1, 1, b'a', 0]);
     }
 
     /// Encoding several objects as one is encoding them merged into one object, byte for
@@ -312,6 +414,38 @@ mod tests {
             compared += usize::from(o.functions().len() == 1);
         }
         assert!(compared > 200, "{compared} one-function objects");
+    }
+
+    /// What a source text adds to an ELF payload: the section's content (count, name,
+    /// length, text), its header and its name.
+    #[test]
+    fn source_section_size() {
+        let mut o = JitObject::new();
+        let f = o
+            .add_function("jit_function_00000000", 0x7f00_0000_0000, 200)
+            .unwrap();
+        let rows: Vec<LineRow> = (0..20)
+            .map(|i| LineRow {
+                offset: i * 9,
+                line: 1 + 2 * i,
+            })
+            .collect();
+        o.set_lines(f, "app/script.js", &rows).unwrap();
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        o.add_epilogue(f, 199, 200).unwrap();
+        let without = super::encode(&o).unwrap().len();
+        o.set_source("app/script.js", &format!("{}\n", "x".repeat(1023)))
+            .unwrap();
+        let with = super::encode(&o).unwrap().len();
+        let content = 1 + 1 + "app/script.js".len() + 2 + 1024;
+        let header_and_name = 64 + ".jit_gdb.sources\0".len();
+        println!(
+            "ELF, 1 function, 20 rows: {without} B; with a 1 KiB source: {with} B (+{})",
+            with - without
+        );
+        // Padding before the symbol table may take up to 7 bytes more or less.
+        let added = with - without;
+        assert!(added.abs_diff(content + header_and_name) < 8, "{added}");
     }
 
     /// Bytes per function beyond the names (each stored once, NUL-terminated).

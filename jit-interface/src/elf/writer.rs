@@ -6,8 +6,9 @@
 //! - one NOBITS `.text` per run of adjacent functions (ALLOC|EXECINSTR, at the run's
 //!   address; the code itself stays in the process, the debugger reads it from memory),
 //! - `.debug_info`, `.debug_abbrev`, `.debug_line`, `.debug_ranges`, `.debug_frame`,
-//!   `.gdb_index` (small objects only), those not empty (not ALLOC: GDB sorts every ALLOC
-//!   section of every objfile on each change),
+//!   `.gdb_index` (small objects only), `.jit_gdb.sources` (objects with source texts
+//!   only), those not empty (not ALLOC: GDB sorts every ALLOC section of every objfile on
+//!   each change),
 //! - `.debug_str` and `.strtab`: ONE string table with two headers, so that each name is
 //!   stored once; the section names follow the function names in it, and it is the section
 //!   name table too (no `.shstrtab`: at every registration GDB reads each section header
@@ -39,8 +40,8 @@ pub(super) struct SectionName {
 }
 
 impl SectionName {
-    /// The longest name, with room for its NUL.
-    const MAX: usize = 16;
+    /// The longest name, with room for its NUL (and for `.jit_gdb.sources`'s 16 bytes).
+    const MAX: usize = 24;
 
     pub const fn new(name: &[u8]) -> SectionName {
         assert!(name.len() < Self::MAX);
@@ -67,16 +68,17 @@ pub(super) const DEBUG_LINE: SectionName = SectionName::new(b".debug_line");
 pub(super) const DEBUG_RANGES: SectionName = SectionName::new(b".debug_ranges");
 pub(super) const DEBUG_FRAME: SectionName = SectionName::new(b".debug_frame");
 pub(super) const GDB_INDEX: SectionName = SectionName::new(b".gdb_index");
+pub(super) const JIT_SOURCES: SectionName = SectionName::new(b".jit_gdb.sources");
 pub(super) const TEXT: SectionName = SectionName::new(b".text");
 pub(super) const DEBUG_STR: SectionName = SectionName::new(b".debug_str");
 pub(super) const STRTAB: SectionName = SectionName::new(b".strtab");
 pub(super) const SYMTAB: SectionName = SectionName::new(b".symtab");
 const SYMTAB_SHNDX: SectionName = SectionName::new(b".symtab_shndx");
 
-/// The section-name table, on the stack: the longest is 124 bytes (every section), and
+/// The section-name table, on the stack: the longest is 141 bytes (every section), and
 /// the last name is copied padded.
 struct Names {
-    bytes: [u8; 128 + SectionName::MAX],
+    bytes: [u8; 144 + SectionName::MAX],
     len: usize,
 }
 
@@ -231,16 +233,19 @@ pub(super) fn align(n: usize, to: usize) -> usize {
     n.div_ceil(to) * to
 }
 
+/// Most data sections: the DWARF ones, `.gdb_index` and `.jit_gdb.sources`.
+pub(super) const DATA_SECTIONS: usize = 7;
+
 /// Writes the object: its `sections` (those not empty), and the string table and symbols
 /// from `layout`.
 /// Writes the object into `buf` (emptied first; its capacity is reused when large enough).
 pub(super) fn write(
     layout: &Layout<'_>,
-    sections: &[DataSection<'_>; 6],
+    sections: &[DataSection<'_>; DATA_SECTIONS],
     mut buf: Vec<u8>,
 ) -> Vec<u8> {
     // The sections not empty, in order.
-    let mut data: [&DataSection; 6] = [&sections[0]; 6];
+    let mut data: [&DataSection; DATA_SECTIONS] = [&sections[0]; DATA_SECTIONS];
     let mut data_len = 0;
     for s in sections {
         if !s.data.is_empty() {
@@ -263,11 +268,11 @@ pub(super) fn write(
 
     // Section names, each once (offsets in this table; it follows the function names).
     let mut names = Names {
-        bytes: [0; 128 + SectionName::MAX],
+        bytes: [0; 144 + SectionName::MAX],
         len: 1,
     };
     let text_name = names.add(&TEXT);
-    let mut data_names = [0; 6];
+    let mut data_names = [0; DATA_SECTIONS];
     for (s, name) in data.iter().zip(&mut data_names) {
         *name = names.add(s.name);
     }
@@ -278,7 +283,7 @@ pub(super) fn write(
     let names = names.as_slice();
 
     // File layout.
-    let mut offsets = [0; 6];
+    let mut offsets = [0; DATA_SECTIONS];
     let mut at = FILE_HEADER;
     for (s, offset) in data.iter().zip(&mut offsets) {
         *offset = at;

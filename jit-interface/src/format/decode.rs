@@ -11,9 +11,12 @@
 //! anything is allocated for it, each loop runs at most once per input byte, and there is
 //! no recursion. Errors name the problem and its byte offset.
 
-use super::encode::{FUNCTION_BLOCKS, FUNCTION_KIND_MASK, FUNCTION_LINES, OBJECT_LIVE};
+use super::encode::{
+    FUNCTION_BLOCKS, FUNCTION_KIND_MASK, FUNCTION_LINES, OBJECT_LIVE, OBJECT_SOURCES,
+};
 use super::frame::{self, KIND_DEFAULT, KIND_FP, KIND_FP_CANONICAL};
 use super::lines;
+use super::sources;
 use super::wire::{invalid, Reader};
 use super::{arch_from_code, DecodeError, Decoded, LiveCheck, MAGIC, MAX_COUNT, VERSION};
 use crate::model::{Arch, CfaBase, FunctionId, JitObject, LineRow, UnwindRow};
@@ -39,6 +42,11 @@ const MIN_BLOCK_BYTES: usize = 4;
 pub trait Sink<'a> {
     /// An object record starts.
     fn object(&mut self, arch: Arch, live: Option<LiveCheck>);
+    /// The text of source file `file` of the current object (one call per file, after
+    /// [`Sink::object`] and before the object's first [`Sink::function`]). The decoder has
+    /// checked that no file comes twice and that the text is at most `MAX_SOURCE_BYTES`
+    /// of UTF-8 without NUL.
+    fn source(&mut self, file: &'a str, text: &'a str) -> ModelResult<()>;
     /// A function of the current object, `[start, start + size)` as read.
     fn function(&mut self, name: &'a str, start: u64, size: u64) -> ModelResult<()>;
     /// The current function keeps a frame-pointer frame (offsets after its prologue's two
@@ -83,6 +91,9 @@ impl ModelSink {
 impl<'a> Sink<'a> for ModelSink {
     fn object(&mut self, arch: Arch, live: Option<LiveCheck>) {
         self.object = Some((JitObject::with_arch(arch), live));
+    }
+    fn source(&mut self, file: &'a str, text: &'a str) -> ModelResult<()> {
+        self.current().set_source(file, text)
     }
     fn function(&mut self, name: &'a str, start: u64, size: u64) -> ModelResult<()> {
         self.f = self.current().add_function(name, start, size)?;
@@ -213,7 +224,7 @@ fn decode_object<'a>(
 ) -> Result<(), DecodeError> {
     let object_at = r.pos();
     let flags = r.u8("an object's flags")?;
-    if flags & !OBJECT_LIVE != 0 {
+    if flags & !(OBJECT_LIVE | OBJECT_SOURCES) != 0 {
         return Err(invalid(
             format!("unknown object flags {flags:#04x}"),
             object_at,
@@ -239,12 +250,22 @@ fn decode_object<'a>(
         strings.push(r.text("a string-table entry")?);
     }
     let strings = &strings[..];
+    let sources_at = r.pos();
+    let sources = if flags & OBJECT_SOURCES != 0 {
+        sources::read_compact(r, strings)?
+    } else {
+        Vec::new()
+    };
     let at = r.pos();
     let n = r.count("the function count", MIN_FUNCTION_BYTES, MAX_COUNT)?;
     if n == 0 {
         return Err(invalid("the object has no function", at));
     }
     sink.object(arch, live);
+    for (file, text) in sources {
+        sink.source(file, text)
+            .map_err(|e| invalid(e, sources_at))?;
+    }
     let mut state = State {
         arch,
         prev_end: 0,

@@ -16,6 +16,8 @@ use crate::model::{Arch, CfaBase, Frame, Function, JitObject};
 
 /// Object flag: a live check follows.
 pub(crate) const OBJECT_LIVE: u8 = 0x01;
+/// Object flag: a source table follows the string table.
+pub(crate) const OBJECT_SOURCES: u8 = 0x02;
 /// Function flags: bits 0-1 frame kind, then these.
 pub(crate) const FUNCTION_KIND_MASK: u8 = 0x03;
 pub(crate) const FUNCTION_LINES: u8 = 0x04;
@@ -192,6 +194,8 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
     check_count(functions.len(), || {
         "the number of functions in one object".into()
     })?;
+    let has_sources = object.has_sources();
+    let sources_flag = if has_sources { OBJECT_SOURCES } else { 0 };
     match live {
         Some(live) => {
             if live.key == 0 {
@@ -200,11 +204,11 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
                         .into(),
                 ));
             }
-            w.u8(OBJECT_LIVE);
+            w.u8(OBJECT_LIVE | sources_flag);
             w.u64_le(live.address);
             w.u64_le(live.key);
         }
-        None => w.u8(0),
+        None => w.u8(sources_flag),
     }
     // The string table comes before the functions that refer to it: collect it in a cheap
     // first pass (the same interning order as the functions' writing below, so indices
@@ -232,9 +236,19 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
             strings.intern(&b.name);
         }
     }
+    // Source files after everything the functions name, so that an object's strings are
+    // the same with and without its sources.
+    let source_codes = if has_sources {
+        intern_sources(&mut strings, object)
+    } else {
+        Vec::new()
+    };
     w.uleb(strings.len as u64);
     for s in strings.iter() {
         w.text(s);
+    }
+    if has_sources {
+        write_sources(w, object, &source_codes)?;
     }
     w.uleb(functions.len() as u64);
 
@@ -285,6 +299,37 @@ fn write_object(w: &mut Writer, object: &JitObject, live: Option<LiveCheck>) -> 
     check_count(strings.len, || {
         "the number of distinct file and block names of one object".into()
     })?;
+    Ok(())
+}
+
+/// The string-table indices of the source files of `object`, interned after the names its
+/// functions use. Out of line, as `write_sources`: the usual object has no sources, and
+/// `write_object` stays compiled as it was without them.
+#[cold]
+#[inline(never)]
+fn intern_sources<'a>(strings: &mut Strings<'a>, object: &'a JitObject) -> Vec<u64> {
+    object
+        .sources()
+        .map(|(file, _)| strings.intern(file))
+        .collect()
+}
+
+/// The source table of `object`: its files by their string-table indices `codes`, and
+/// their texts as blobs.
+#[cold]
+#[inline(never)]
+fn write_sources(w: &mut Writer, object: &JitObject, codes: &[u64]) -> Result<()> {
+    check_count(codes.len(), || {
+        "the number of source texts of one object".into()
+    })?;
+    w.uleb(codes.len() as u64);
+    for ((file, text), &code) in object.sources().zip(codes) {
+        // Within the limit as the model keeps it; checked so that no text is ever cut here.
+        check_text_len(file, || format!("the source file name `{file}`"))?;
+        check_text_len(text, || format!("the source text of `{file}`"))?;
+        w.uleb(code);
+        w.blob(text);
+    }
     Ok(())
 }
 

@@ -14,7 +14,17 @@ mod encode;
 pub use decode::Sink;
 mod frame;
 mod lines;
+pub(crate) mod sources;
 pub(crate) mod wire;
+
+pub use sources::ELF_SECTION as SOURCES_SECTION;
+
+/// The (file, text) entries of the content of an ELF payload's [`SOURCES_SECTION`], checked
+/// as the compact source table is (for readers that fetch only that section).
+#[cfg(feature = "inspect")]
+pub fn decode_elf_sources(section: &[u8]) -> std::result::Result<Vec<(&str, &str)>, DecodeError> {
+    sources::read_elf(section)
+}
 
 #[cfg(test)]
 mod tests;
@@ -34,6 +44,9 @@ pub const HEADER_LEN: usize = 8;
 
 /// Longest name or string-table entry, in bytes.
 pub const MAX_TEXT_LEN: u64 = 1 << 20;
+
+// A source text (a blob) is read with the limit of a text: the model's limit must be it.
+const _: () = assert!(MAX_TEXT_LEN == crate::model::MAX_SOURCE_BYTES as u64);
 
 /// Largest count of anything (objects, strings, functions per object, rows, epilogues and
 /// blocks per function).
@@ -65,7 +78,7 @@ pub struct LiveCheck {
     pub key: u64,
 }
 
-/// A decoded compact payload.
+/// A decoded compact payload (its source texts are the object's: `JitObject::sources`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {
     pub object: JitObject,

@@ -130,7 +130,17 @@ fn sample_payloads() -> Vec<Vec<u8>> {
         encode(&rich, None).unwrap(),
         encode_bundle(&[(&a, Some(LIVE)), (&b, None), (&rich, Some(LIVE))]).unwrap(),
         encode(&small_object(Arch::Aarch64, 0x4000_0000, &["arm"]), None).unwrap(),
+        encode_bundle(&[(&with_sources(a), Some(LIVE)), (&b, None)]).unwrap(),
     ]
+}
+
+/// `o` with source texts: for its file, for a file no function names, and an empty one.
+fn with_sources(mut o: JitObject) -> JitObject {
+    o.set_source("small.js", "function a1() {\n  return 1;\n}\n")
+        .unwrap();
+    o.set_source("other/ünï.js", "// ü\r\n").unwrap();
+    o.set_source("empty.js", "").unwrap();
+    o
 }
 
 #[test]
@@ -411,15 +421,244 @@ fn header_problems_are_named() {
 /// A payload header for x86-64 and the start of object 0: no live check, then `strings` as
 /// its string table (the function count comes next).
 fn header(strings: &[&str]) -> Writer {
+    header_flags(0, strings)
+}
+
+/// [`header`] with object flags `flags` (without a live check).
+fn header_flags(flags: u8, strings: &[&str]) -> Writer {
     let mut w = Writer::default();
     w.bytes(&MAGIC);
     w.bytes(&[VERSION, 62, 8, 0]);
-    w.u8(0); // object flags: no live check
+    w.u8(flags);
     w.uleb(strings.len() as u64);
     for s in strings {
         w.text(s);
     }
     w
+}
+
+/// One function `f` (16 bytes at 0x1000, no lines): the end of a record.
+fn one_function(w: &mut Writer) {
+    w.uleb(1);
+    w.text("f");
+    w.sleb(0x1000);
+    w.uleb(16);
+    w.u8(0);
+}
+
+#[test]
+fn sources_round_trip_in_order() {
+    let plain = small_object(Arch::X86_64, 0x1000, &["a1", "a2"]);
+    let o = with_sources(plain.clone());
+    for live in [Some(LIVE), None] {
+        let bytes = encode(&o, live).unwrap();
+        let d = decode(&bytes).unwrap();
+        assert_eq!((&d.object, d.live), (&o, live));
+        assert_eq!(
+            d.object.sources().collect::<Vec<_>>(),
+            o.sources().collect::<Vec<_>>()
+        );
+        // The flag, and the live check where it always is.
+        let flags = bytes[HEADER_LEN];
+        assert_eq!(flags & super::encode::OBJECT_SOURCES, 2);
+        assert_eq!(flags & super::encode::OBJECT_LIVE != 0, live.is_some());
+    }
+    // Without sources: the flag clear (the bytes of before: see the worked examples).
+    assert_eq!(encode(&plain, None).unwrap()[HEADER_LEN], 0);
+    // A bundle: each object its own table, the same file in both.
+    let mut b = small_object(Arch::X86_64, 0x9000, &["b1"]);
+    b.set_source("small.js", "other text\n").unwrap();
+    let input = [(&o, Some(LIVE)), (&plain, None), (&b, None)];
+    let out = decode_all(&encode_bundle(&input).unwrap()).unwrap();
+    for ((o, _), d) in input.iter().zip(&out) {
+        assert_eq!(&d.object, *o);
+    }
+    // Records appended one by one make the same payload.
+    let mut p = super::header(Arch::X86_64).to_vec();
+    for (o, live) in input {
+        encode_record(&mut p, o, live).unwrap();
+    }
+    assert_eq!(p, encode_bundle(&input).unwrap());
+}
+
+#[test]
+fn source_file_names_follow_the_names_functions_use_in_the_string_table() {
+    let mut o = small_object(Arch::X86_64, 0x1000, &["a1"]);
+    o.add_block(0, "blk", 2, 8, None).unwrap();
+    o.set_source("unused.js", "u").unwrap();
+    o.set_source("small.js", "s").unwrap();
+    o.set_source("blk", "a block's name as a file name")
+        .unwrap();
+    let bytes = encode(&o, None).unwrap();
+    let mut r = wire::Reader::new(&bytes[HEADER_LEN + 1..]);
+    let count = r.uleb("count").unwrap();
+    let table: Vec<&str> = (0..count).map(|_| r.text("string").unwrap()).collect();
+    assert_eq!(table, ["small.js", "blk", "unused.js"]);
+    // The source table: 3 entries naming strings 2, 0, 1.
+    assert_eq!(r.uleb("n").unwrap(), 3);
+    let mut files = Vec::new();
+    for _ in 0..3 {
+        files.push(r.uleb("index").unwrap());
+        r.blob("text").unwrap();
+    }
+    assert_eq!(files, [2, 0, 1]);
+    assert_eq!(decode(&bytes).unwrap().object, o);
+}
+
+#[test]
+fn bad_source_tables_are_refused_with_offsets() {
+    let sources = super::encode::OBJECT_SOURCES;
+    // The table starts right after the string table: offset 8 + 1 + 1 + 2 + 3 + 2 = 17.
+    let table = |entries: &dyn Fn(&mut Writer)| {
+        let mut w = header_flags(sources, &["a", "bb", "a"]);
+        entries(&mut w);
+        one_function(&mut w);
+        decode_all(&w.buf)
+    };
+    let good = table(&|w| {
+        w.uleb(2);
+        w.uleb(1);
+        w.blob("text of bb\n");
+        w.uleb(2);
+        w.blob("");
+    })
+    .unwrap();
+    assert_eq!(
+        good[0].object.sources().collect::<Vec<_>>(),
+        [("bb", "text of bb\n"), ("a", "")]
+    );
+    let refused = |entries: &dyn Fn(&mut Writer)| table(entries).unwrap_err().to_string();
+    // The same file twice: by the same index, or by two indices of equal strings.
+    for second in [0, 2] {
+        let e = refused(&|w| {
+            w.uleb(2);
+            w.uleb(0);
+            w.blob("x");
+            w.uleb(second);
+            w.blob("y");
+        });
+        assert_eq!(
+            e,
+            "object 0: source 1: file `a` has a source text already (source 0): one text per file, at byte offset 21"
+        );
+    }
+    let e = refused(&|w| {
+        w.uleb(1);
+        w.uleb(3);
+        w.blob("x");
+    });
+    assert_eq!(
+        e,
+        "object 0: source 0: file index 3 is outside the string table (3 strings), at byte offset 18"
+    );
+    // Text that is not UTF-8, has a NUL, or is longer than the limit.
+    for (bytes, want) in [
+        (
+            &b"ok\xff"[..],
+            "the source text of `bb` is not valid UTF-8, at byte offset 22",
+        ),
+        (
+            b"o\0k",
+            "the source text of `bb` contains a NUL byte, at byte offset 21",
+        ),
+    ] {
+        let e = refused(&|w| {
+            w.uleb(1);
+            w.uleb(1);
+            w.uleb(bytes.len() as u64);
+            w.bytes(bytes);
+        });
+        assert_eq!(e, format!("object 0: {want}"));
+    }
+    let e = refused(&|w| {
+        w.uleb(1);
+        w.uleb(1);
+        w.uleb(MAX_TEXT_LEN + 1);
+        w.bytes(&[b'x'; 64]);
+    });
+    assert_eq!(
+        e,
+        "object 0: the source text of `bb` is 1048577 bytes long, above the format's limit of 1048576, at byte offset 19"
+    );
+    // A table announced but empty; a count beyond the bytes that remain.
+    let e = refused(&|w| w.uleb(0));
+    assert_eq!(
+        e,
+        "object 0: the source count is 0 although the object's flags announce a source table, at byte offset 17"
+    );
+    let e = refused(&|w| w.uleb(1000));
+    assert!(e.contains("the source count 1000 cannot fit in the"), "{e}");
+    // A reader of before (bit 1 reserved) refused such payloads by the flag; unknown bits
+    // still are.
+    let mut w = header_flags(0x04, &[]);
+    one_function(&mut w);
+    let e = decode_all(&w.buf).unwrap_err().to_string();
+    assert_eq!(e, "object 0: unknown object flags 0x04, at byte offset 8");
+}
+
+/// The source-table example of docs/FORMAT.md: code compiled from a string.
+fn doc_source_example() -> JitObject {
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o.add_function("f", 0x1000, 16).unwrap();
+    o.set_lines(f, "<repl 1>", &rows(&[(0, 1)])).unwrap();
+    o.set_source("<repl 1>", "f = () => 42\n").unwrap();
+    o
+}
+
+#[test]
+fn format_md_shows_the_source_table_example() {
+    let o = doc_source_example();
+    let bytes = encode(&o, None).unwrap();
+    assert_eq!(decode(&bytes).unwrap().object, o);
+    // Without the source: the flag clear, the table (0x13-0x22) gone, nothing else moved.
+    let mut plain = JitObject::with_arch(Arch::X86_64);
+    let f = plain.add_function("f", 0x1000, 16).unwrap();
+    plain.set_lines(f, "<repl 1>", &rows(&[(0, 1)])).unwrap();
+    assert_ne!(plain, o);
+    let mut want = bytes.clone();
+    want[HEADER_LEN] = 0;
+    want.drain(0x13..0x23);
+    assert_eq!(encode(&plain, None).unwrap(), want);
+    assert_eq!(want.len(), 29);
+    let dump = hex_dump(&bytes);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMAT.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    assert!(
+        doc.contains(&dump),
+        "docs/FORMAT.md must show the encoder's output for the source-table example ({} bytes):\n{dump}",
+        bytes.len()
+    );
+}
+
+#[test]
+fn source_text_sizes() {
+    // A one-function object with 20 line rows; its source: 1 KiB of 40 lines.
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o
+        .add_function("jit_function_00000000", 0x7f00_0000_0000, 200)
+        .unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_epilogue(f, 199, 200).unwrap();
+    let pairs: Vec<(u32, u32)> = (0..20).map(|i| (i * 9, 1 + 2 * i)).collect();
+    o.set_lines(f, "app/script.js", &rows(&pairs)).unwrap();
+    let without = encode(&o, Some(LIVE)).unwrap().len();
+    let line = "    let value = compute(a, b);\n"; // 25.6 bytes a line on average below
+    let mut text = String::new();
+    while text.len() + line.len() <= 1024 {
+        text.push_str(line);
+    }
+    text.push_str(&"x".repeat(1023 - text.len()));
+    text.push('\n');
+    assert_eq!(text.len(), 1024);
+    o.set_source("app/script.js", &text).unwrap();
+    let with = encode(&o, Some(LIVE)).unwrap().len();
+    // Count 1, string index 1, blob length 2 (1024 >= 128), the text; the file name is in
+    // the string table already.
+    assert_eq!(with - without, 1 + 1 + 2 + 1024);
+    println!(
+        "compact, 1 function, 20 rows: {without} B; with a 1 KiB source: {with} B (+{})",
+        with - without
+    );
 }
 
 #[test]

@@ -96,6 +96,12 @@ impl Writer {
         self.uleb(s.len() as u64);
         self.bytes(s.as_bytes());
     }
+
+    /// A blob: written as a text, but may be empty (the caller has checked it against
+    /// `MAX_SOURCE_BYTES`).
+    pub(crate) fn blob(&mut self, s: &str) {
+        self.text(s);
+    }
 }
 
 /// Writes values into a slice that the caller made long enough for everything written
@@ -348,6 +354,21 @@ impl<'a> Reader<'a> {
         if len == 0 {
             return Err(invalid(format!("{what} is empty"), start));
         }
+        self.utf8(len, start, what)
+    }
+
+    /// A blob (a source text): a text that may be empty, of at most `MAX_TEXT_LEN` bytes
+    /// (which is `MAX_SOURCE_BYTES`).
+    pub(crate) fn blob(&mut self, what: &str) -> Result<&'a str, DecodeError> {
+        let start = self.pos;
+        let len = self.uleb(what)?;
+        self.utf8(len, start, what)
+    }
+
+    /// The `len` bytes of a text or blob whose length was at `start`: at most
+    /// `MAX_TEXT_LEN`, UTF-8, no NUL.
+    #[inline]
+    fn utf8(&mut self, len: u64, start: usize, what: &str) -> Result<&'a str, DecodeError> {
         if len > MAX_TEXT_LEN {
             return Err(invalid(
                 format!("{what} is {len} bytes long, above the format's limit of {MAX_TEXT_LEN}"),

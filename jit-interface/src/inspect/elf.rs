@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, SymbolKind, SymbolSection};
 
-use super::{FunctionInfo, InspectError, ObjectInfo, PayloadInfo, PayloadKind};
+use super::{FunctionInfo, InspectError, ObjectInfo, PayloadInfo, PayloadKind, SourceInfo};
 use crate::model::Arch;
 
 type Slice<'a> = gimli::EndianSlice<'a, gimli::RunTimeEndian>;
@@ -53,13 +53,50 @@ pub(super) fn decode(bytes: &[u8]) -> Result<PayloadInfo, InspectError> {
     let mut problems = Problems::default();
     let mut functions = symbols(&file, &mut problems);
     dwarf(&file, &mut functions, &mut problems);
+    let sources = match section_sources(&file) {
+        Ok(sources) => sources
+            .into_iter()
+            .map(|(file, text)| SourceInfo {
+                file: file.to_string(),
+                text: text.to_string(),
+                object: 0,
+            })
+            .collect(),
+        Err(e) => {
+            problems.push(e);
+            Vec::new()
+        }
+    };
     Ok(PayloadInfo {
         kind: PayloadKind::Elf,
         arch,
         objects: vec![ObjectInfo { live: None }],
         functions,
         problems: problems.finish(),
+        sources,
     })
+}
+
+/// The source texts of an ELF payload (`payload_sources`).
+pub(super) fn sources(bytes: &[u8]) -> Result<Vec<(String, String)>, InspectError> {
+    let file = object::File::parse(bytes)
+        .map_err(|e| InspectError::Elf(format!("not a readable ELF file: {e}")))?;
+    let sources = section_sources(&file).map_err(InspectError::Elf)?;
+    Ok(sources
+        .into_iter()
+        .map(|(file, text)| (file.to_string(), text.to_string()))
+        .collect())
+}
+
+/// What the `.jit_gdb.sources` section says (nothing if there is none), or why it cannot
+/// be read.
+fn section_sources<'a>(file: &object::File<'a>) -> Result<Vec<(&'a str, &'a str)>, String> {
+    let Some(section) = file.section_by_name(crate::format::SOURCES_SECTION) else {
+        return Ok(Vec::new());
+    };
+    let name = crate::format::SOURCES_SECTION;
+    let data = section.data().map_err(|e| format!("section {name}: {e}"))?;
+    crate::format::sources::read_elf(data).map_err(|e| format!("section {name}: {e}"))
 }
 
 /// The defined FUNC symbols, at their absolute addresses.

@@ -9,8 +9,12 @@
 //!  "objects": [{"live": {"address": N, "key": N} | null}, ...],
 //!  "functions": [{"name": S, "start": N, "size": N, "file": S | null,
 //!                 "lines": [[ADDR, LINE], ...], "object": N}, ...],
-//!  "problems": [S, ...]}
+//!  "problems": [S, ...],
+//!  "sources": [{"file": S, "text": S, "object": N}, ...]}
 //! ```
+//!
+//! `"sources"` (the source texts the runtime registered) is there only when the payload
+//! carries some.
 //!
 //! or, for a payload that cannot be decoded, `{"error": S}`.
 
@@ -89,7 +93,22 @@ pub fn payload_info_json(info: &PayloadInfo) -> String {
         }
         json_string(&mut out, p);
     }
-    out.push_str("]}");
+    out.push(']');
+    if !info.sources.is_empty() {
+        out.push_str(", \"sources\": [");
+        for (i, s) in info.sources.iter().enumerate() {
+            if i > 0 {
+                out.push_str(", ");
+            }
+            out.push_str("{\"file\": ");
+            json_string(&mut out, &s.file);
+            out.push_str(", \"text\": ");
+            json_string(&mut out, &s.text);
+            let _ = write!(out, ", \"object\": {}}}", s.object);
+        }
+        out.push(']');
+    }
+    out.push('}');
     out
 }
 

@@ -1,7 +1,8 @@
 //! Decoding any payload a process registered with GDB (compact records or a minimal ELF with
 //! DWARF, ours or another runtime's) into what a symbolizer needs: function names, address
-//! ranges, source files and line rows. Used where no GDB runs (the core inspector) and by the
-//! GDB reader plugin to serve the GDB scripts (as JSON, [`payload_json`]).
+//! ranges, source files and line rows, and the source texts a runtime registered
+//! ([`payload_sources`]). Used where no GDB runs (the core inspector) and by the GDB reader
+//! plugin to serve the GDB scripts (as JSON, [`payload_json`]).
 //!
 //! The bytes come from another process's memory or from a core file of another machine:
 //! decoding is bounded by the payload size, never panics, and names the problem when it
@@ -99,9 +100,23 @@ pub struct PayloadInfo {
     /// Functions in payload order (compact: the order of the records; ELF: symbol order,
     /// then subprograms that have no symbol).
     pub functions: Vec<FunctionInfo>,
-    /// Parts of an ELF payload that could not be read (a damaged symbol or DWARF unit); the
-    /// rest is still reported. Always empty for compact payloads, which are all or nothing.
+    /// Parts of an ELF payload that could not be read (a damaged symbol or DWARF unit, a
+    /// damaged source section); the rest is still reported. Always empty for compact
+    /// payloads, which are all or nothing.
     pub problems: Vec<String>,
+    /// The source texts the runtime registered (`JitObject::set_source`), in payload order:
+    /// a compact bundle's objects each have their own (a file may come once per object).
+    pub sources: Vec<SourceInfo>,
+}
+
+/// The text of a source file, as a payload carries it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceInfo {
+    /// The file name, as the functions' line rows name it.
+    pub file: String,
+    pub text: String,
+    /// Index of the object record that carries it (always 0 for ELF).
+    pub object: usize,
 }
 
 impl PayloadInfo {
@@ -119,8 +134,9 @@ impl PayloadInfo {
                     .is_some_and(|l| read_u64(l.address).is_some_and(|v| v != l.key))
             })
             .collect();
-        self.functions
-            .retain(|f| !dead.get(f.object).copied().unwrap_or(false));
+        let is_dead = |object: usize| dead.get(object).copied().unwrap_or(false);
+        self.functions.retain(|f| !is_dead(f.object));
+        self.sources.retain(|s| !is_dead(s.object));
         dead.iter().filter(|&&d| d).count()
     }
 }
@@ -180,8 +196,14 @@ fn from_compact(decoded: Vec<format::Decoded>) -> PayloadInfo {
     let arch = decoded.first().map(|d| d.object.arch());
     let mut objects = Vec::with_capacity(decoded.len());
     let mut functions = Vec::new();
+    let mut sources = Vec::new();
     for (i, d) in decoded.into_iter().enumerate() {
         objects.push(ObjectInfo { live: d.live });
+        sources.extend(d.object.sources().map(|(file, text)| SourceInfo {
+            file: file.to_string(),
+            text: text.to_string(),
+            object: i,
+        }));
         for f in d.object.functions() {
             functions.push(FunctionInfo {
                 name: f.name().to_string(),
@@ -205,5 +227,29 @@ fn from_compact(decoded: Vec<format::Decoded>) -> PayloadInfo {
         objects,
         functions,
         problems: Vec::new(),
+        sources,
+    }
+}
+
+/// The source texts of a payload of either kind, (file, text) in payload order (a compact
+/// bundle may give a file once per object; unregistered objects are not told apart here:
+/// see [`PayloadInfo::drop_unregistered`]). Empty for a payload without any. Unlike
+/// [`decode_payload`], an ELF payload whose source section is damaged is an error.
+pub fn payload_sources(payload: &[u8]) -> Result<Vec<(String, String)>, String> {
+    if payload.starts_with(&ELF_MAGIC) {
+        return elf::sources(payload).map_err(|e| e.to_string());
+    }
+    match format::decode_all(payload) {
+        Ok(decoded) => Ok(decoded
+            .iter()
+            .flat_map(|d| d.object.sources())
+            .map(|(file, text)| (file.to_string(), text.to_string()))
+            .collect()),
+        Err(DecodeError::Invalid(why)) => Err(InspectError::Compact(why).to_string()),
+        Err(DecodeError::NotOurs) => Err(InspectError::UnknownKind {
+            len: payload.len(),
+            head: payload[..payload.len().min(8)].to_vec(),
+        }
+        .to_string()),
     }
 }

@@ -403,3 +403,150 @@ print(d["kind"], d["objects"][0]["live"]["address"], f["name"], f["lines"][1][0]
         Err(_) => eprintln!("SKIPPED the JSON parse check: python3 is not installed"),
     }
 }
+
+/// `sample()` with the text of one of its files and of a file no function names.
+fn sample_with_sources() -> JitObject {
+    let mut o = sample();
+    o.set_source("alpha.js", "// alpha\n\"quoted\"\ttab\n")
+        .unwrap();
+    o.set_source("../gen/extra.js", "").unwrap();
+    o
+}
+
+fn pairs(s: &[SourceInfo]) -> Vec<(&str, &str, usize)> {
+    s.iter()
+        .map(|s| (s.file.as_str(), s.text.as_str(), s.object))
+        .collect()
+}
+
+#[test]
+fn compact_sources_are_read_per_object() {
+    let a = sample_with_sources();
+    let mut b = JitObject::new();
+    b.add_function("jit_b", 0x1000, 8).unwrap();
+    b.set_source("alpha.js", "b's alpha").unwrap();
+    let live = |address, key| Some(LiveCheck { address, key });
+    let bytes =
+        encode_bundle(&[(&a, live(0x10, 1)), (&sample(), None), (&b, live(0x18, 2))]).unwrap();
+    let mut info = decode_payload(&bytes).unwrap();
+    let text = "// alpha\n\"quoted\"\ttab\n";
+    assert_eq!(
+        pairs(&info.sources),
+        [
+            ("alpha.js", text, 0),
+            ("../gen/extra.js", "", 0),
+            ("alpha.js", "b's alpha", 2)
+        ]
+    );
+    assert_eq!(
+        payload_sources(&bytes).unwrap(),
+        [
+            ("alpha.js".to_string(), text.to_string()),
+            ("../gen/extra.js".into(), "".into()),
+            ("alpha.js".into(), "b's alpha".into())
+        ]
+    );
+    // An unregistered object's texts go with its functions.
+    assert_eq!(
+        info.drop_unregistered(|a| Some(if a == 0x18 { 0 } else { 1 })),
+        1
+    );
+    assert_eq!(info.sources.len(), 2);
+    // Without sources: none, and no "sources" in the JSON.
+    let plain = encode(&sample(), None).unwrap();
+    assert_eq!(payload_sources(&plain).unwrap(), []);
+    assert!(decode_payload(&plain).unwrap().sources.is_empty());
+    assert!(!payload_json(&plain).contains("\"sources\""));
+    assert!(payload_sources(b"nope")
+        .unwrap_err()
+        .contains("unknown payload kind"));
+    let mut damaged = bytes.clone();
+    damaged.truncate(bytes.len() - 1);
+    assert!(payload_sources(&damaged)
+        .unwrap_err()
+        .starts_with("compact payload: "));
+}
+
+#[cfg(feature = "runtime")]
+#[test]
+fn elf_sources_are_read_from_their_section() {
+    let o = sample_with_sources();
+    let bytes = crate::elf::encode(&o).unwrap();
+    let info = decode_payload(&bytes).unwrap();
+    assert!(info.problems.is_empty(), "{:?}", info.problems);
+    assert_eq!(
+        pairs(&info.sources),
+        [
+            ("alpha.js", "// alpha\n\"quoted\"\ttab\n", 0),
+            ("../gen/extra.js", "", 0)
+        ]
+    );
+    assert_eq!(
+        payload_sources(&bytes).unwrap(),
+        o.sources()
+            .map(|(f, t)| (f.to_string(), t.to_string()))
+            .collect::<Vec<_>>()
+    );
+    // The functions read as they do without the section.
+    let plain = crate::elf::encode(&sample()).unwrap();
+    assert_eq!(info.functions, decode_payload(&plain).unwrap().functions);
+    assert_eq!(payload_sources(&plain).unwrap(), []);
+
+    // A damaged section: the rest is read, the problem named; payload_sources refuses.
+    let name = crate::format::SOURCES_SECTION;
+    let file = object::File::parse(&bytes[..]).unwrap();
+    let at = {
+        use object::{Object, ObjectSection};
+        let s = file.section_by_name(name).unwrap();
+        s.file_range().unwrap().0 as usize
+    };
+    let mut damaged = bytes.clone();
+    damaged[at] = 3; // three sources announced, two there
+    let info = decode_payload(&damaged).unwrap();
+    assert!(info.sources.is_empty());
+    assert_eq!(info.functions.len(), sample().functions().len());
+    assert!(
+        info.problems[0].starts_with(&format!("section {name}: ")),
+        "{:?}",
+        info.problems
+    );
+    let e = payload_sources(&damaged).unwrap_err();
+    assert!(
+        e.starts_with("ELF payload: section .jit_gdb.sources: "),
+        "{e}"
+    );
+}
+
+#[test]
+fn json_carries_sources_only_when_present() {
+    let o = sample_with_sources();
+    let json = payload_json(&encode(&o, None).unwrap());
+    assert!(
+        json.ends_with(
+            r#", "sources": [{"file": "alpha.js", "text": "// alpha\n\"quoted\"\ttab\n", "object": 0}, {"file": "../gen/extra.js", "text": "", "object": 0}]}"#
+        ),
+        "{json}"
+    );
+    let script = r#"
+import json, sys
+d = json.loads(sys.argv[1])
+print(repr(d["sources"][0]["text"]), d["sources"][1]["file"], len(d["functions"]))
+"#;
+    match std::process::Command::new("python3")
+        .args(["-c", script, &json])
+        .output()
+    {
+        Ok(out) if out.status.success() => {
+            let got = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                got.trim(),
+                r#"'// alpha\n"quoted"\ttab\n' ../gen/extra.js 5"#
+            );
+        }
+        Ok(out) => panic!(
+            "python3 rejected the JSON: {}\n{json}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => eprintln!("SKIPPED the JSON parse check: python3 is not installed"),
+    }
+}

@@ -412,3 +412,40 @@ pub fn check_compact(prefix: &str, live: &[&JitObject]) {
     got.sort();
     assert_eq!(got, want);
 }
+
+/// The source texts of an ELF payload's `.jit_gdb.sources` section (none if it has none),
+/// read here by the spec (docs/FORMAT.md, "Source text in ELF payloads"): a ULEB128 count,
+/// then per file its name and its text, each a ULEB128 length and that many bytes.
+#[allow(dead_code)] // not every registry test reads source texts
+pub fn elf_sources(payload: &[u8]) -> Vec<(String, String)> {
+    use object::{Object, ObjectSection};
+    fn uleb(bytes: &mut &[u8]) -> usize {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let b = bytes[0];
+            *bytes = &bytes[1..];
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return v as usize;
+            }
+            shift += 7;
+        }
+    }
+    fn string(bytes: &mut &[u8]) -> String {
+        let len = uleb(bytes);
+        let s = String::from_utf8(bytes[..len].to_vec()).expect("UTF-8");
+        *bytes = &bytes[len..];
+        s
+    }
+    let file = object::File::parse(payload).expect("an ELF payload");
+    let Some(section) = file.section_by_name(".jit_gdb.sources") else {
+        return Vec::new();
+    };
+    let mut bytes = section.data().expect("section data");
+    let n = uleb(&mut bytes);
+    let out: Vec<(String, String)> = (0..n)
+        .map(|_| (string(&mut bytes), string(&mut bytes)))
+        .collect();
+    assert!(bytes.is_empty(), "bytes after the last source");
+    out
+}
