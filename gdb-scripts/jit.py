@@ -848,8 +848,113 @@ perf reads from /tmp/perf-PID.map)."""
         _report_problems(entries, problem)
 
 
+# ---------------------------------------------------------------------------------------
+# Source files of JIT code: GDB 10-14 crash when they cannot open the source file of a
+# symtab a JIT reader made, and runtimes that compile from strings have no such file. The
+# reader (libjitreader.so) writes the text registered with the code, or a placeholder, into
+# a per-user cache (jit_interface::source_cache). Here the reader's session directory goes
+# at the end of GDB's source path, so that the reader keeps the runtime's file names (`bt`
+# shows `fib.js:7`, not a cache path) while GDB still finds a file for each; real files in
+# the current directory come first. ELF payloads carry their text in a `.jit_gdb.sources`
+# section, which GDB ignores: it is written to the same directory when GDB loads the entry.
+# Nothing here touches BFD-only attributes of JIT objfiles (their build-id crashes GDB
+# 13 on reader-made objfiles).
+
+_source_session = [None]
+_IN_MEMORY = re.compile(r"^<in-memory@(0x[0-9a-fA-F]+)>$")
+# int read(void *ctx, uint64_t addr, void *buf, size_t len): 0 when buf holds the bytes.
+_READ_FN = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t
+)
+# Largest ELF payload whose source section is looked for (the reader reads only the
+# header, the section headers and that section).
+_MAX_ELF_PAYLOAD = 1 << 30
+
+
+def source_session():
+    """The reader's source session directory, made on first use and put at the end of
+    GDB's source path; None when the reader library (or its cache) is not usable."""
+    if _source_session[0] is not None:
+        _add_to_source_path(_source_session[0])
+        return _source_session[0]
+    try:
+        fn = _Decoder.lib().jitgdb_source_dir
+    except (JitError, AttributeError):
+        return None
+    fn.argtypes = []
+    fn.restype = ctypes.c_char_p
+    d = fn()
+    if not d:
+        return None
+    d = os.fsdecode(d)
+    _source_session[0] = d
+    _add_to_source_path(d)
+    return d
+
+
+def _add_to_source_path(d):
+    cur = gdb.parameter("directories") or "$cdir:$cwd"
+    if d not in cur.split(os.pathsep):
+        gdb.execute("set directories %s%s%s" % (cur, os.pathsep, d), to_string=True)
+
+
+def _on_new_objfile_sources(event):
+    """An ELF entry GDB just loaded (`<in-memory@ADDR>`): its registered source texts go
+    to the session directory, where GDB's source path search finds them."""
+    try:
+        m = _IN_MEMORY.match(event.new_objfile.filename or "")
+        if m is None or source_session() is None:
+            return
+        fn = _Decoder.lib().jitgdb_store_elf_sources
+        fn.argtypes = [_READ_FN, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
+        fn.restype = ctypes.c_long
+        inf = gdb.selected_inferior()
+
+        def read(_ctx, addr, buf, n):
+            try:
+                data = bytes(inf.read_memory(addr, n))
+            except (gdb.MemoryError, gdb.error):
+                return -1
+            ctypes.memmove(buf, data, n)
+            return 0
+
+        stored = fn(_READ_FN(read), None, int(m.group(1), 16), _MAX_ELF_PAYLOAD)
+        if stored < 0:
+            gdb.write("jit: the source texts of ELF entry %s could not be read\n" % m.group(1))
+    except (JitError, AttributeError):
+        # No reader library (or an older one): GDB shows what it finds on disk.
+        return
+    except Exception as e:  # an event handler must never break GDB's loading
+        gdb.write("jit: writing the source texts of a JIT entry failed: %s\n" % e)
+
+
+class JitSources(gdb.Command):
+    """Where the source files of JIT code are: jit sources
+
+Shows the source session directory (it holds the text each runtime registered with its
+code, or a placeholder saying the text is not available) and puts it back at the end of
+GDB's source path if a `directory` command removed it."""
+
+    def __init__(self):
+        super().__init__("jit sources", gdb.COMMAND_FILES)
+
+    def invoke(self, arg, from_tty):
+        d = source_session()
+        if d is None:
+            raise JitError(
+                "no source session directory: the reader library (%s) is not usable or "
+                "cannot write its cache" % _Decoder.describe_choice()
+            )
+        gdb.write("JIT source files: %s (on the source path: %s)\n"
+                  % (d, gdb.parameter("directories")))
+
+
+gdb.events.new_objfile.connect(_on_new_objfile_sources)
+source_session()
+
 JitPrefix()
 JitList()
 JitBreak()
 JitSymbolize()
 JitExportPerfMap()
+JitSources()

@@ -102,10 +102,39 @@ fn absolute(p: &Path) -> Result<PathBuf, String> {
     std::fs::canonicalize(p).map_err(|e| format!("cannot resolve {}: {e}", p.display()))
 }
 
+/// The environment variable that names the source session directory to the reader
+/// (`jit_reader::sources::SESSION_ENV`).
+pub const SOURCE_SESSION_ENV: &str = "JIT_READER_SOURCE_DIR";
+
+/// A source session directory for this GDB (see `jit_interface::source_cache`): named to
+/// the reader through [`SOURCE_SESSION_ENV`] in this process's environment, which GDB
+/// inherits, and put at the end of GDB's source path by the returned commands, so that the
+/// reader keeps the runtime's file names (`bt` shows `fib.js:7`, not a cache path) while
+/// GDB still opens a file for each (GDB 10-14 crash on one they cannot open). Real files
+/// in the current directory come first. None when no cache directory can be written: the
+/// reader then names files by their cache paths itself.
+fn source_session_args() -> Vec<OsString> {
+    let Ok(dir) = jit_interface::source_cache::SourceCache::open().and_then(|c| c.new_session())
+    else {
+        return Vec::new();
+    };
+    // Single-threaded here: nothing reads the environment concurrently.
+    std::env::set_var(SOURCE_SESSION_ENV, &dir);
+    let mut v: Vec<OsString> = vec!["-iex".into()];
+    v.push(cat("set directories $cdir:$cwd:", dir.as_os_str()));
+    // The program under GDB has no use for it.
+    v.push("-iex".into());
+    v.push(format!("unset environment {SOURCE_SESSION_ENV}").into());
+    v
+}
+
 /// GDB arguments that load the reader (before anything else, so it sees every entry) and
-/// the Python extension.
+/// the Python extension, with a source session directory for both.
 pub fn setup_args(reader: Option<&Path>, scripts: Option<&Path>) -> Vec<OsString> {
     let mut v = Vec::new();
+    if reader.is_some() || scripts.is_some() {
+        v.extend(source_session_args());
+    }
     if let Some(r) = reader {
         v.push("-iex".into());
         v.push(cat("jit-reader-load ", r.as_os_str()));

@@ -75,7 +75,12 @@ fn deep_backtrace(format: &str) {
             .find(|(n, _, _)| *n == name)
             .unwrap_or_else(|| t.fail(&format!("no range for {name}")));
         let pc_ok = f.pc.is_some_and(|pc| (*start + 1..=*end).contains(&pc));
-        if f.function != name || f.file.as_deref() != Some("deep.js") || f.line != Some(line) {
+        // A bare reader names a file GDB cannot open by its cache path (see reader_sources).
+        let file_ok = f
+            .file
+            .as_deref()
+            .is_some_and(|file| file == "deep.js" || is_cached_name(file, "deep.js"));
+        if f.function != name || !file_ok || f.line != Some(line) {
             t.fail(&format!(
                 "frame #{i} is `{}`, expected {name} at deep.js:{line}",
                 f.raw

@@ -13,7 +13,15 @@ fn host_runs_jit_code_and_checks_its_result() {
     let dir = TempDir::new("baseline-run");
     let d = dir.path().to_str().unwrap();
     let out = Command::new(testhost())
-        .args(["--format", "none", "--source-dir", d, "run"])
+        .args([
+            "--format",
+            "none",
+            "--source",
+            "file",
+            "--source-dir",
+            d,
+            "run",
+        ])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

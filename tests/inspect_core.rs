@@ -220,11 +220,15 @@ fn compare_with_gdb(h: &Host, core: &Path, layout: &Layout, dir: &Path) -> Trans
             let (name, _) = w[1]
                 .split_once('+')
                 .unwrap_or_else(|| t.fail(&format!("inspector did not resolve {addr:#x}: {line}")));
-            let want = format!(
-                "{}:{}",
-                frame.file.clone().unwrap_or_default(),
-                frame.line.unwrap_or(0)
-            );
+            // GDB shows the registered name, or (a bare reader, the file absent) its cache
+            // path; the inspector always the registered name.
+            let shown = frame.file.clone().unwrap_or_default();
+            let registered = w.get(2).and_then(|l| l.rsplit_once(':')).map(|(f, _)| f);
+            let file = match registered {
+                Some(r) if is_cached_name(&shown, r) => r.to_string(),
+                _ => shown,
+            };
+            let want = format!("{file}:{}", frame.line.unwrap_or(0));
             if name != frame.function || w.get(2) != Some(&want.as_str()) {
                 t.fail(&format!(
                     "frame {}: GDB shows {} at {want}, the inspector `{line}`",

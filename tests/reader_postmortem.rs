@@ -5,9 +5,6 @@
 mod common;
 mod reader_support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use common::scenario::chain_from;
 use common::*;
 use reader_support::*;
@@ -54,47 +51,6 @@ fn reader_attach_then_gcore_core_matches_live() {
     assert_no_reader_noise(&post);
 }
 
-/// A kernel core of the host's `crash` mode in `dir` (or GDB's own core when the kernel
-/// pipes cores to a program).
-fn kernel_core(h: &common::scenario::Host, dir: &Path, fallback: PathBuf) -> PathBuf {
-    let pattern = core_pattern().unwrap_or_default();
-    if pattern.starts_with('|') {
-        eprintln!("core_pattern is a pipe ({pattern}): using GDB's generate-core-file core");
-        return fallback;
-    }
-    let a = h.args_in(dir);
-    let mut script = String::from("ulimit -c unlimited && exec \"$0\"");
-    for i in 0..a.len() {
-        script.push_str(&format!(" \"${}\"", i + 1));
-    }
-    script.push_str(" crash");
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .arg(&h.program)
-        .args(&a)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "the host did not die of SIGSEGV: {out:?}"
-    );
-    let core_dir = if pattern.contains('/') {
-        Path::new(&pattern).parent().unwrap().to_path_buf()
-    } else {
-        dir.to_path_buf()
-    };
-    find_core(&core_dir).unwrap_or_else(|| {
-        panic!(
-            "no kernel core file in {} (core_pattern `{pattern}`)",
-            core_dir.display()
-        )
-    })
-}
-
 #[test]
 fn reader_sigsegv_in_jit_code_core_matches_live() {
     if !require_tool("gdb", "reader_sigsegv_in_jit_code_core_matches_live") {
@@ -122,6 +78,7 @@ fn reader_sigsegv_in_jit_code_core_matches_live() {
                 args: vec![],
                 commands: vec![],
                 dir: dir.path().into(),
+                env: vec![],
             }
             .cmd(load_cmd())
             .cmd(format!("file {}", h.program.display()))

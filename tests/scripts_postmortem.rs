@@ -28,6 +28,7 @@ fn postmortem(format: &str) {
         args: vec![h.program.display().to_string()],
         commands: vec![],
         dir: dir.path().into(),
+        env: vec![],
     }
     .cmds(h.gdb_prelude.clone())
     .section("pending", ["jit break jit_second"])
@@ -57,6 +58,7 @@ fn postmortem(format: &str) {
         args: vec![h.program.display().to_string()],
         commands: vec![],
         dir: dir.path().into(),
+        env: vec![],
     }
     .cmds(h.gdb_prelude.clone())
     .section("core_pending", ["jit break jit_entry"])

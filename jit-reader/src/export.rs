@@ -8,7 +8,7 @@
 //! payload (`{"kind": ...}`) or `{"error": "..."}` naming the problem; NULL only when the
 //! arguments themselves are unusable (null pointers).
 
-use std::ffi::{c_char, CString};
+use std::ffi::{c_char, c_int, c_long, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// Decodes `len` bytes at `ptr` to JSON; writes the string's length (without the NUL) to
@@ -56,6 +56,141 @@ pub extern "C" fn jitgdb_free_string(s: *mut c_char) {
         // freed once (the caller's contract).
         drop(unsafe { CString::from_raw(s) });
     }));
+}
+
+/// The source session directory of this reader (see `crate::sources`), as a NUL-terminated
+/// path owned by the library (valid while it stays loaded), or NULL when no cache directory
+/// can be written. The first call makes the directory; from then on the reader names
+/// symtabs as the runtime named their files, and the caller (`jit.py`) puts the directory
+/// at the end of GDB's source path so that GDB finds them there. Idempotent.
+#[no_mangle]
+pub extern "C" fn jitgdb_source_dir() -> *const c_char {
+    static DIR: std::sync::Mutex<Option<CString>> = std::sync::Mutex::new(None);
+    catch_unwind(AssertUnwindSafe(|| {
+        let dir = crate::sources::namer().session_dir();
+        let mut slot = DIR.lock().unwrap_or_else(|e| e.into_inner());
+        match dir
+            .ok()
+            .and_then(|d| CString::new(d.into_os_string().into_encoded_bytes()).ok())
+        {
+            Some(c) => {
+                if slot.as_ref() != Some(&c) {
+                    // Kept for good: the caller may hold the previous pointer.
+                    if let Some(old) = slot.take() {
+                        std::mem::forget(old);
+                    }
+                    *slot = Some(c);
+                }
+                slot.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())
+            }
+            None => std::ptr::null(),
+        }
+    }))
+    .unwrap_or(std::ptr::null())
+}
+
+/// Reads `len` bytes of the debugged process at `addr` into `buf`; 0 when all were read.
+pub type TargetRead =
+    unsafe extern "C" fn(ctx: *mut c_void, addr: u64, buf: *mut u8, len: usize) -> c_int;
+
+/// Largest source section read from an ELF entry.
+const MAX_SOURCE_SECTION: u64 = 64 << 20;
+
+/// The ELF entry at `addr` (at most `len` bytes) in the debugged process, read through
+/// `read` as far as needed: its header, section headers and names, and its source section.
+struct TargetElf {
+    read: TargetRead,
+    ctx: *mut c_void,
+    addr: u64,
+    len: u64,
+    pos: u64,
+}
+
+impl object::ReadCacheOps for TargetElf {
+    fn len(&mut self) -> Result<u64, ()> {
+        Ok(self.len)
+    }
+    fn seek(&mut self, pos: u64) -> Result<u64, ()> {
+        self.pos = pos;
+        Ok(pos)
+    }
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, ()> {
+        self.read_exact(buf).map(|()| buf.len())
+    }
+    fn read_exact(&mut self, buf: &mut [u8]) -> Result<(), ()> {
+        let n = buf.len() as u64;
+        if !matches!(self.pos.checked_add(n), Some(end) if end <= self.len)
+            || n > MAX_SOURCE_SECTION
+        {
+            return Err(());
+        }
+        let at = self.addr.checked_add(self.pos).ok_or(())?;
+        // SAFETY: `buf` is writable for `buf.len()` bytes; the caller's function fills it
+        // or reports failure (its contract, see `jitgdb_store_elf_sources`).
+        let status = unsafe { (self.read)(self.ctx, at, buf.as_mut_ptr(), buf.len()) };
+        if status != 0 {
+            return Err(());
+        }
+        self.pos += n;
+        Ok(())
+    }
+}
+
+/// The source texts an ELF entry carries (`.jit_gdb.sources`), written where GDB finds them
+/// (see `crate::sources`: the session directory when the scripts asked for one). `read`
+/// reads the debugged process (`ctx` is passed back to it); `addr` is the entry's payload,
+/// `len` a bound on its size. Returns how many texts were given to the cache, 0 for an
+/// entry without any (or not ELF), -1 for one that could not be read or is damaged.
+#[no_mangle]
+pub extern "C" fn jitgdb_store_elf_sources(
+    read: Option<TargetRead>,
+    ctx: *mut c_void,
+    addr: u64,
+    len: u64,
+) -> c_long {
+    let Some(read) = read else {
+        return -1;
+    };
+    catch_unwind(AssertUnwindSafe(|| store_elf_sources(read, ctx, addr, len))).unwrap_or(-1)
+}
+
+fn store_elf_sources(read: TargetRead, ctx: *mut c_void, addr: u64, len: u64) -> c_long {
+    use object::read::elf::{FileHeader, SectionHeader};
+    let cache = object::ReadCache::new(TargetElf {
+        read,
+        ctx,
+        addr,
+        len,
+        pos: 0,
+    });
+    let Ok(header) = object::elf::FileHeader64::<object::LittleEndian>::parse(&cache) else {
+        return 0;
+    };
+    let Ok(endian) = header.endian() else {
+        return 0;
+    };
+    let section = header.sections(endian, &cache).ok().and_then(|table| {
+        table
+            .section_by_name(endian, jit_interface::format::SOURCES_SECTION.as_bytes())
+            .map(|(_, s)| s.data(endian, &cache))
+    });
+    let bytes = match section {
+        None => return 0,
+        Some(Ok(b)) => b,
+        Some(Err(_)) => return -1,
+    };
+    let Ok(texts) = jit_interface::format::decode_elf_sources(bytes) else {
+        return -1;
+    };
+    let mut namer = crate::sources::namer();
+    for (file, text) in &texts {
+        namer.name(&crate::sources::FileRequest {
+            name: Some(file),
+            text: Some(text),
+            max_line: 0,
+        });
+    }
+    texts.len() as c_long
 }
 
 /// The project's decoder for both payload kinds (compact records via the codec, ELF via

@@ -24,6 +24,7 @@ use crate::index::Index;
 use crate::memory::Memory;
 use crate::records::Records;
 use crate::report::{self, debug};
+use crate::sources;
 use crate::symbols::{self, LinePlan, Plan};
 use crate::unwind::x86_64::OUTERMOST as x86_64_OUTERMOST;
 use crate::unwind::{self, Outcome, Registers};
@@ -96,6 +97,7 @@ pub extern "C" fn gdb_init_reader() -> *mut gdb_reader_funcs {
     guard((), || {
         report::init();
         with_index(Index::clear);
+        sources::namer().on_load();
         debug!("loaded (JIT_READER_DEBUG is on)");
     });
     FUNCS.0.get()
@@ -176,13 +178,35 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             t.functions, t.first, t.live.address, t.found, t.live.key
         );
     }
-    let plan = match symbols::plan_records(&records) {
+    let mut plan = match symbols::plan_records(&records) {
         Ok(p) => p,
         Err(why) => {
             report::refused(payload, &why);
             return gdb_status_GDB_FAIL;
         }
     };
+    // Every symtab gets a file GDB can open (GDB 10-14 crash on one they cannot).
+    let named = {
+        let mut namer = sources::namer();
+        plan.name_files(|name, max_line| {
+            let text = name.and_then(|n| {
+                records
+                    .sources
+                    .iter()
+                    .find(|(file, _)| *file == n)
+                    .map(|(_, text)| *text)
+            });
+            namer.name(&sources::FileRequest {
+                name,
+                text,
+                max_line,
+            })
+        })
+    };
+    if let Err(why) = named {
+        report::refused(payload, &why);
+        return gdb_status_GDB_FAIL;
+    }
     // Even with every object skipped, the entry is ours: an empty object keeps GDB from
     // trying to read it as an object file (and saying it is not one).
     syms.emit(&plan);

@@ -53,6 +53,7 @@ pub mod index;
 mod memory;
 pub mod records;
 mod report;
+pub mod sources;
 pub mod symbols;
 pub mod unwind;
 

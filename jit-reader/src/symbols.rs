@@ -98,6 +98,43 @@ impl Plan {
         }
     }
 
+    /// Gives every symtab the file name `name_of` returns for it: the runtime's name, its
+    /// highest line, and (see [`crate::sources`]) the name GDB can open a file by.
+    pub fn name_files(
+        &mut self,
+        mut name_of: impl FnMut(Option<&str>, u32) -> String,
+    ) -> Result<(), String> {
+        // The highest line of each file over all its symtabs (runs of one file share its
+        // name, so one placeholder must cover them all).
+        let mut files: Vec<(Option<usize>, u32, Option<usize>)> = Vec::new();
+        for st in &self.symtabs {
+            let max_line = self.lines[st.lines.clone()]
+                .iter()
+                .map(|l| l.line.max(0) as u32)
+                .max()
+                .unwrap_or(0);
+            match files.iter_mut().rev().find(|f| f.0 == st.file) {
+                Some(f) => f.1 = f.1.max(max_line),
+                None => files.push((st.file, max_line, None)),
+            }
+        }
+        for f in &mut files {
+            let name = {
+                let runtime = f.0.map(|o| self.str_at(o).to_string_lossy().into_owned());
+                name_of(runtime.as_deref(), f.1)
+            };
+            f.2 = Some(self.push_str("the source file name", &name)?);
+        }
+        for st in &mut self.symtabs {
+            st.file = files
+                .iter()
+                .rev()
+                .find(|f| f.0 == st.file)
+                .and_then(|f| f.2);
+        }
+        Ok(())
+    }
+
     /// Appends a name; an error if it contains a NUL byte (GDB takes C strings).
     fn push_str(&mut self, what: &str, s: &str) -> Result<usize, String> {
         if s.as_bytes().contains(&0) {

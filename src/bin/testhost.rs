@@ -44,8 +44,14 @@ OPTIONS
   --objects one|per-function  one entry for all functions (default) or one per function
                               (sets JIT_GDB_ALWAYS_NOTIFY=1: without it, objects registered
                               while no debugger is attached share one entry)
-  --source-dir DIR            where to write the pseudo source `jit_scenario.jit`
-                              (default: the current directory)
+  --source-dir DIR            the directory of the pseudo source `jit_scenario.jit`, the
+                              file name registered (default: the current directory)
+  --source absent|file|text   absent (default: what runtimes that compile from strings,
+                              and cores opened elsewhere, have): the file is not written;
+                              file: it is written to --source-dir; text: not written, its
+                              text is registered with the code (`set_source`)
+  --source-name NAME          register the source under NAME (e.g. a relative `fib.js`)
+                              instead of its path in --source-dir
   --base ADDR|any             address of the code buffer (default 0x1a1700000000; `any`:
                               the kernel's choice)
   -h, --help                  this text
@@ -122,7 +128,17 @@ struct Options {
     format: Option<Format>,
     per_function: bool,
     source_dir: PathBuf,
+    source: SourceMode,
+    source_name: Option<String>,
     base: Option<u64>,
+}
+
+/// Where the pseudo source is: nowhere, on disk, or registered with the code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SourceMode {
+    Absent,
+    File,
+    Text,
 }
 
 fn parse_args() -> Result<Options, String> {
@@ -133,6 +149,8 @@ fn parse_args() -> Result<Options, String> {
         format: Some(Format::Elf),
         per_function: false,
         source_dir: PathBuf::from("."),
+        source: SourceMode::Absent,
+        source_name: None,
         base: Some(DEFAULT_BASE),
     };
     while let Some(a) = args.next() {
@@ -158,6 +176,15 @@ fn parse_args() -> Result<Options, String> {
                 }
             }
             "--source-dir" => o.source_dir = PathBuf::from(value("a directory")?),
+            "--source-name" => o.source_name = Some(value("a file name")?),
+            "--source" => {
+                o.source = match value("absent, file or text")?.as_str() {
+                    "absent" => SourceMode::Absent,
+                    "file" => SourceMode::File,
+                    "text" => SourceMode::Text,
+                    v => return Err(format!("--source: `{v}` is not absent, file or text")),
+                }
+            }
             "--base" => {
                 let v = value("an address or `any`")?;
                 o.base = if v == "any" {
@@ -232,12 +259,17 @@ fn real_main() -> Result<(), String> {
         .canonicalize()
         .map_err(|e| format!("{}: {e}", o.source_dir.display()))?;
     let source = dir.join(scenario::SOURCE_NAME);
-    std::fs::write(&source, scenario::SOURCE)
-        .map_err(|e| format!("cannot write {}: {e}", source.display()))?;
-    let file = source
-        .to_str()
-        .ok_or("source path is not UTF-8")?
-        .to_owned();
+    if o.source == SourceMode::File {
+        std::fs::write(&source, scenario::SOURCE)
+            .map_err(|e| format!("cannot write {}: {e}", source.display()))?;
+    }
+    let file = match &o.source_name {
+        Some(name) => name.clone(),
+        None => source
+            .to_str()
+            .ok_or("source path is not UTF-8")?
+            .to_owned(),
+    };
 
     let mut buf = exec_mem::CodeBuffer::map(o.base, 4096)
         .map_err(|e| format!("cannot map the code buffer: {e}"))?;
@@ -284,6 +316,10 @@ fn real_main() -> Result<(), String> {
         };
         for group in &groups {
             let mut obj = JitObject::new();
+            if o.source == SourceMode::Text {
+                obj.set_source(&file, scenario::SOURCE)
+                    .map_err(|e| format!("registering the source text: {e}"))?;
+            }
             for f in group {
                 describe(&mut obj, f, base, &file)
                     .map_err(|e| format!("describing {}: {e}", f.name))?;
