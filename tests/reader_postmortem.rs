@@ -5,7 +5,7 @@
 mod common;
 mod reader_support;
 
-use common::scenario::chain_from;
+use common::scenario::{chain_from, kernel_core};
 use common::*;
 use reader_support::*;
 

@@ -15,7 +15,7 @@ mod reader_support;
 use std::path::Path;
 use std::process::Command;
 
-use common::scenario::{assert_listing, chain_from, Host};
+use common::scenario::{assert_listing, chain_from, kernel_core, Host};
 use common::*;
 use reader_support::*;
 
@@ -269,30 +269,26 @@ fn missing_source_reader_from_a_users_gdbinit() {
     let home = dir.join("home");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::write(home.join(".gdbinit"), format!("{}\n", load_cmd())).unwrap();
-    let mut cmd = Command::new("gdb");
-    cmd.arg("-batch").env("HOME", &home).current_dir(dir.path());
-    for p in GDB_PRELUDE {
-        cmd.arg("-iex").arg(p);
-    }
-    for c in [
-        "break jit_test_break_here",
+    let t = session(
+        "gdb",
+        false,
+        &[("HOME", home.as_os_str())],
+        &h,
+        dir.path(),
         "run",
-        &mark("bt"),
-        "bt",
-        &mark("frame"),
-        "frame 1",
-        "list",
-        &mark("sources"),
-        "info sources jit_",
-        &mark("end"),
-    ] {
-        cmd.arg("-ex").arg(c);
-    }
-    cmd.arg("--args")
-        .arg(&h.program)
-        .args(h.args_in(dir.path()))
-        .arg("run");
-    let t = run_captured(cmd, dir.path());
+        &[
+            "break jit_test_break_here",
+            "run",
+            &mark("bt"),
+            "bt",
+            &mark("frame"),
+            "frame 1",
+            "list",
+            &mark("sources"),
+            "info sources jit_",
+            &mark("end"),
+        ],
+    );
     assert_gdb_alive(&t);
     assert_chain(&t, "bt", &CHAIN, &layout);
     t.assert_contains(Some("frame"), &placeholder_line(18));
@@ -438,12 +434,23 @@ fn unwritable_cache_falls_back_without_a_crash() {
     assert_eq!(warnings, 1, "expected one warning:\n{}", t.text);
 }
 
-/// GDB through the launcher on the compact host registering its source as `name`.
-fn launcher_session(h: &Host, dir: &Path, mode: &str, cmds: &[&str]) -> Transcript {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jit-gdb"));
-    cmd.env("JIT_GDB_READER", reader_so())
-        .current_dir(dir)
-        .args(["-batch", "-nx"]);
+/// `DEBUGGER -batch [-nx] PRELUDE -ex CMD... --args HOST ARGS MODE` in `dir` with `env`:
+/// GDB itself (`nx` false: it reads the user's `~/.gdbinit`), or the launcher, which
+/// hands everything to GDB.
+fn session(
+    debugger: &str,
+    nx: bool,
+    env: &[(&str, &std::ffi::OsStr)],
+    h: &Host,
+    dir: &Path,
+    mode: &str,
+    cmds: &[&str],
+) -> Transcript {
+    let mut cmd = Command::new(debugger);
+    cmd.envs(env.iter().copied()).current_dir(dir).arg("-batch");
+    if nx {
+        cmd.arg("-nx");
+    }
     for p in GDB_PRELUDE {
         cmd.arg("-iex").arg(p);
     }
@@ -455,6 +462,32 @@ fn launcher_session(h: &Host, dir: &Path, mode: &str, cmds: &[&str]) -> Transcri
         .args(h.args_in(dir))
         .arg(mode);
     run_captured(cmd, dir)
+}
+
+/// The launcher (`jit-gdb`, with the reader under test) on the host.
+fn launcher_session(h: &Host, dir: &Path, mode: &str, cmds: &[&str]) -> Transcript {
+    launched(&[], h, dir, mode, cmds)
+}
+
+/// [`launcher_session`] with more environment.
+fn launched(
+    env: &[(&str, &std::ffi::OsStr)],
+    h: &Host,
+    dir: &Path,
+    mode: &str,
+    cmds: &[&str],
+) -> Transcript {
+    let mut all = vec![("JIT_GDB_READER", reader_so().as_os_str())];
+    all.extend_from_slice(env);
+    session(
+        env!("CARGO_BIN_EXE_jit-gdb"),
+        true,
+        &all,
+        h,
+        dir,
+        mode,
+        cmds,
+    )
 }
 
 /// The new user's case: the README's snippet names `fib.js`, which does not exist; compact
@@ -596,4 +629,135 @@ fn elf_source_text_is_listed_through_the_launcher() {
         }
         t.assert_not_contains(None, "jit: ");
     }
+}
+
+/// Attached to a process that registered its code long before: `frame`, `list` and the
+/// stop location (`finish`) work, with the file absent.
+#[test]
+fn missing_source_after_attach() {
+    if !have_gdb("missing_source_attach") {
+        return;
+    }
+    let h = host("absent");
+    let (dir, layout) = setup(&h, "src-attach");
+    let a = h.args_in(dir.path());
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    let waiting = WaitingHost::start(&h.program, &a, dir.path());
+    let t = end(Gdb::attach(waiting.pid, dir.path())
+        .section("load", [load_cmd()])
+        .section("bt", ["bt"])
+        .section("frame", ["frame function jit_test_break_here", "up"])
+        .section("list", ["list"])
+        .section("sources", ["info sources jit_"])
+        .cmd("detach"))
+    .run();
+    drop(waiting);
+    assert_gdb_alive(&t);
+    let frames = t.gdb_bt("bt");
+    if let Err(e) = check_chain(&frames, &CHAIN, &layout) {
+        t.fail(&e);
+    }
+    t.assert_contains(Some("frame"), &placeholder_line(18));
+    t.assert_contains(Some("list"), "source not available");
+}
+
+/// A name that would leave the session directory (`../..`), a name that is a directory
+/// path, and an absolute one: nothing is written outside the cache, and GDB still opens a
+/// file with the registered text for each.
+#[test]
+fn file_names_never_lead_outside_the_cache() {
+    if !have_gdb("file_names_outside") {
+        return;
+    }
+    let text = scenario_text();
+    let dir = TempDir::new("src-names");
+    let cache = dir.join("cache");
+    for name in [
+        "../../escape/fib.js",
+        "/abs/dir/fib.js",
+        "x/",
+        "y/.",
+        "./z.js",
+    ] {
+        let h = Host::new(
+            testhost(),
+            &[
+                "--format",
+                "compact",
+                "--source",
+                "text",
+                "--source-name",
+                name,
+            ],
+        );
+        let t = launched(
+            &[("JIT_GDB_CACHE_DIR", cache.as_os_str())],
+            &h,
+            dir.path(),
+            "run",
+            &[
+                "break jit_test_break_here",
+                "run",
+                &mark("frame"),
+                "frame 1",
+                &mark("end"),
+            ],
+        );
+        assert_gdb_alive(&t);
+        t.assert_contains(
+            Some("frame"),
+            &format!("18\t{}", text.lines().nth(17).unwrap()),
+        );
+    }
+    // Only the cache was written below the scratch directory's parent.
+    assert!(!dir.path().parent().unwrap().join("escape").exists());
+    assert!(!dir.join("escape").exists());
+    assert!(!Path::new("/abs").exists());
+    let outside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "cache" && !n.starts_with("transcript"))
+        .collect();
+    assert!(outside.is_empty(), "written outside the cache: {outside:?}");
+}
+
+/// `jit-gdb inspect --symbolize` prints the text of the line, from the source carried in
+/// the core (no file on disk, no GDB).
+#[test]
+fn inspector_prints_the_registered_line_text() {
+    if !have_gdb("inspector_line_text") {
+        return;
+    }
+    let text = scenario_text();
+    let h = host("text");
+    let (dir, layout) = setup(&h, "src-inspect");
+    let gcore = dir.join("gdb.core");
+    let live = gdb(&h, dir.path(), "crash")
+        .cmd("run")
+        .cmd(format!("generate-core-file {}", gcore.display()))
+        .run();
+    live.assert_contains(None, "SIGSEGV");
+    let core = kernel_core(&h, dir.path(), gcore);
+    let middle = layout.get("jit_middle");
+    let addr = middle.start + 16; // line 8
+    let out = Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .arg("inspect")
+        .arg(&core)
+        .arg("--exe")
+        .arg(&h.program)
+        .arg("--symbolize")
+        .arg(format!("{addr:#x}"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let want = format!(
+        "jit_middle+0x10 {}:8\t{}",
+        middle.file,
+        text.lines().nth(7).unwrap().trim()
+    );
+    assert!(
+        stdout.contains(&want),
+        "want `{want}` in:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

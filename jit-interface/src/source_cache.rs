@@ -89,9 +89,10 @@ pub fn placeholder_lines(max_line: u32) -> u32 {
 /// Where `name` goes inside a session directory: the path GDB searches its source path
 /// for. A relative name keeps its components (`./` dropped); an absolute one is searched
 /// without its leading `/` (GDB strips it before trying each directory). `None` for a name
-/// that would leave the directory (`..`), is empty, or holds a NUL.
+/// that would leave the directory (`..`), names a directory (`x/`, `x/.`: GDB opens only
+/// regular files), is empty, or holds a NUL.
 pub fn session_path(name: &str) -> Option<PathBuf> {
-    if name.is_empty() || name.contains('\0') {
+    if name.is_empty() || name.contains('\0') || name.ends_with('/') || name.ends_with("/.") {
         return None;
     }
     let mut out = PathBuf::new();
@@ -513,7 +514,17 @@ mod tests {
             Some("home/u/app/fib.js")
         );
         assert_eq!(p("a//b").as_deref(), Some("a/b"));
-        for bad in ["", "../x.js", "a/../../x", "/", ".", "a\0b"] {
+        for bad in [
+            "",
+            "../x.js",
+            "a/../../x",
+            "/",
+            ".",
+            "a\0b",
+            "x/",
+            "x/.",
+            "a/b//",
+        ] {
             assert_eq!(p(bad), None, "{bad:?}");
         }
         assert_eq!(stored_basename("/"), "source");

@@ -392,48 +392,7 @@ pub fn crash_core(h: &Host, tag: &str) {
         live.fail("the fault is not in jit_second");
     }
 
-    let pattern = core_pattern().unwrap_or_default();
-    let core: PathBuf = if pattern.starts_with('|') {
-        eprintln!(
-            "core_pattern is a pipe ({pattern}): using GDB's generate-core-file core instead of a kernel core"
-        );
-        gcore
-    } else {
-        let a = h.args_in(dir.path());
-        let mut script = String::from("ulimit -c unlimited && exec \"$0\"");
-        for (i, _) in a.iter().enumerate() {
-            script.push_str(&format!(" \"${}\"", i + 1));
-        }
-        script.push_str(" crash");
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(&script)
-            .arg(&h.program)
-            .args(&a)
-            .current_dir(dir.path())
-            .output()
-            .unwrap();
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(
-            out.status.signal(),
-            Some(libc::SIGSEGV),
-            "the host did not die of SIGSEGV: {:?}",
-            out
-        );
-        let core_dir = if pattern.contains('/') {
-            Path::new(&pattern).parent().unwrap().to_path_buf()
-        } else {
-            dir.path().to_path_buf()
-        };
-        find_core(&core_dir).unwrap_or_else(|| {
-            panic!(
-                "no kernel core file in {} (core_pattern `{pattern}`; status {:?}, WCOREDUMP {})",
-                core_dir.display(),
-                out.status,
-                out.status.core_dumped()
-            )
-        })
-    };
+    let core = kernel_core(h, dir.path(), gcore);
     let post = Gdb::core(&h.program, &core, dir.path())
         .cmds(h.gdb_prelude.clone())
         .section("bt", ["bt"])
@@ -562,4 +521,45 @@ pub fn lldb_backtrace(h: &Host, tag: &str) {
         }
     }
     eprintln!("{report}\nfull LLDB backtrace:\n{}", t.text);
+}
+
+/// A kernel core of the host's `crash` mode in `dir` (or GDB's own core when the kernel
+/// pipes cores to a program).
+pub fn kernel_core(h: &Host, dir: &Path, fallback: PathBuf) -> PathBuf {
+    let pattern = core_pattern().unwrap_or_default();
+    if pattern.starts_with('|') {
+        eprintln!("core_pattern is a pipe ({pattern}): using GDB's generate-core-file core");
+        return fallback;
+    }
+    let a = h.args_in(dir);
+    let mut script = String::from("ulimit -c unlimited && exec \"$0\"");
+    for i in 0..a.len() {
+        script.push_str(&format!(" \"${}\"", i + 1));
+    }
+    script.push_str(" crash");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .arg(&h.program)
+        .args(&a)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "the host did not die of SIGSEGV: {out:?}"
+    );
+    let core_dir = if pattern.contains('/') {
+        Path::new(&pattern).parent().unwrap().to_path_buf()
+    } else {
+        dir.to_path_buf()
+    };
+    find_core(&core_dir).unwrap_or_else(|| {
+        panic!(
+            "no kernel core file in {} (core_pattern `{pattern}`)",
+            core_dir.display()
+        )
+    })
 }

@@ -4,8 +4,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-use crate::common::{core_pattern, find_core};
 use std::sync::OnceLock;
 
 use crate::common::scenario::Host;
@@ -128,45 +126,4 @@ pub fn run_with_reader_debug(g: &Gdb) -> Transcript {
         .envs(g.env.iter().map(|(k, v)| (k, v)))
         .env("JIT_READER_DEBUG", "1");
     crate::common::run_captured(cmd, &g.dir)
-}
-
-/// A kernel core of the host's `crash` mode in `dir` (or GDB's own core when the kernel
-/// pipes cores to a program).
-pub fn kernel_core(h: &Host, dir: &Path, fallback: PathBuf) -> PathBuf {
-    let pattern = core_pattern().unwrap_or_default();
-    if pattern.starts_with('|') {
-        eprintln!("core_pattern is a pipe ({pattern}): using GDB's generate-core-file core");
-        return fallback;
-    }
-    let a = h.args_in(dir);
-    let mut script = String::from("ulimit -c unlimited && exec \"$0\"");
-    for i in 0..a.len() {
-        script.push_str(&format!(" \"${}\"", i + 1));
-    }
-    script.push_str(" crash");
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(&script)
-        .arg(&h.program)
-        .args(&a)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGSEGV),
-        "the host did not die of SIGSEGV: {out:?}"
-    );
-    let core_dir = if pattern.contains('/') {
-        Path::new(&pattern).parent().unwrap().to_path_buf()
-    } else {
-        dir.to_path_buf()
-    };
-    find_core(&core_dir).unwrap_or_else(|| {
-        panic!(
-            "no kernel core file in {} (core_pattern `{pattern}`)",
-            core_dir.display()
-        )
-    })
 }
