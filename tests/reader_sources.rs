@@ -761,3 +761,34 @@ fn inspector_prints_the_registered_line_text() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Functions registered without line rows share a symtab; GDB 13 crashed in `info sources`
+/// on its empty name. It is named (`<jit code without source lines>`) by a file that says
+/// so, bare and through the launcher.
+#[test]
+fn functions_without_lines_get_a_named_file() {
+    if !have_gdb("functions_without_lines") {
+        return;
+    }
+    let h = Host::new(testhost(), &["--format", "compact", "--no-lines"]);
+    let dir = TempDir::new("src-nolines");
+    let cmds = [
+        "break jit_test_break_here",
+        "run",
+        &mark("bt"),
+        "bt",
+        &mark("frame"),
+        "frame 1",
+        &mark("sources"),
+        "info sources jit",
+        &mark("end"),
+    ];
+    let bare = end(gdb(&h, dir.path(), "run").cmds(cmds.iter().copied())).run();
+    let launched = launcher_session(&h, dir.path(), "run", &cmds);
+    for t in [bare, launched] {
+        assert_gdb_alive(&t);
+        t.assert_contains(Some("bt"), "in jit_second ()");
+        t.assert_contains(Some("bt"), "in jit_entry ()");
+        t.assert_contains(Some("sources"), "<jit code without source lines>");
+    }
+}

@@ -52,6 +52,7 @@ OPTIONS
                               text is registered with the code (`set_source`)
   --source-name NAME          register the source under NAME (e.g. a relative `fib.js`)
                               instead of its path in --source-dir
+  --no-lines                  register the functions without line rows
   --base ADDR|any             address of the code buffer (default 0x1a1700000000; `any`:
                               the kernel's choice)
   -h, --help                  this text
@@ -130,6 +131,7 @@ struct Options {
     source_dir: PathBuf,
     source: SourceMode,
     source_name: Option<String>,
+    no_lines: bool,
     base: Option<u64>,
 }
 
@@ -151,6 +153,7 @@ fn parse_args() -> Result<Options, String> {
         source_dir: PathBuf::from("."),
         source: SourceMode::Absent,
         source_name: None,
+        no_lines: false,
         base: Some(DEFAULT_BASE),
     };
     while let Some(a) = args.next() {
@@ -177,6 +180,7 @@ fn parse_args() -> Result<Options, String> {
             }
             "--source-dir" => o.source_dir = PathBuf::from(value("a directory")?),
             "--source-name" => o.source_name = Some(value("a file name")?),
+            "--no-lines" => o.no_lines = true,
             "--source" => {
                 o.source = match value("absent, file or text")?.as_str() {
                     "absent" => SourceMode::Absent,
@@ -215,9 +219,16 @@ fn parse_args() -> Result<Options, String> {
 }
 
 /// Adds `f` (placed in the buffer at `base`) to `obj`.
-fn describe(obj: &mut JitObject, f: &JitFn, base: u64, file: &str) -> jit_interface::Result<()> {
+fn describe(
+    obj: &mut JitObject,
+    f: &JitFn,
+    base: u64,
+    file: Option<&str>,
+) -> jit_interface::Result<()> {
     let id = obj.add_function(f.name, base + u64::from(f.offset), f.code.len() as u64)?;
-    obj.set_lines(id, file, &f.lines)?;
+    if let Some(file) = file {
+        obj.set_lines(id, file, &f.lines)?;
+    }
     match &f.frame {
         FrameDesc::FramePointer {
             push_end,
@@ -321,7 +332,7 @@ fn real_main() -> Result<(), String> {
                     .map_err(|e| format!("registering the source text: {e}"))?;
             }
             for f in group {
-                describe(&mut obj, f, base, &file)
+                describe(&mut obj, f, base, (!o.no_lines).then_some(file.as_str()))
                     .map_err(|e| format!("describing {}: {e}", f.name))?;
             }
             let r = jit_interface::register(&obj, format)
