@@ -156,62 +156,80 @@ fn missing_source_mi_front_end_gets_frames_with_fullnames() {
         return;
     }
     let h = host("absent");
-    let (dir, layout) = setup(&h, "src-mi");
-    let args = h.args_in(dir.path()).join(" ");
-    let input = dir.join("session.mi");
-    let script = [
-        "-gdb-set confirm off".to_string(),
-        "-gdb-set breakpoint pending on".into(),
-        format!("-interpreter-exec console \"{}\"", load_cmd()),
-        format!("-file-exec-and-symbols {}", h.program.display()),
-        format!("-exec-arguments {args} run"),
-        "-break-insert jit_test_break_here".into(),
-        "-exec-run".into(),
-        "-stack-list-frames".into(),
-        "-stack-select-frame 1".into(),
-        "-stack-info-frame".into(),
-        "-file-list-exec-source-files".into(),
-        "-gdb-exit".into(),
-    ];
-    std::fs::write(&input, script.join("\n") + "\n").unwrap();
-    let mut cmd = Command::new("gdb");
-    cmd.args(["-i=mi", "-nx", "-q"]).current_dir(dir.path());
-    let t = run_captured_with_input(cmd, dir.path(), Some(&input));
-    for bad in ["Fatal signal", "internal-error"] {
-        t.assert_not_contains(None, bad);
+    // Bare (the reader loaded by a console command: cache paths), and through the launcher
+    // as an IDE's debugger path (the registered names).
+    for launcher in [false, true] {
+        let (dir, layout) = setup(&h, "src-mi");
+        let args = h.args_in(dir.path()).join(" ");
+        let input = dir.join("session.mi");
+        let mut script = vec![
+            "-gdb-set confirm off".to_string(),
+            "-gdb-set breakpoint pending on".into(),
+        ];
+        if !launcher {
+            script.push(format!("-interpreter-exec console \"{}\"", load_cmd()));
+        }
+        script.extend([
+            format!("-file-exec-and-symbols {}", h.program.display()),
+            format!("-exec-arguments {args} run"),
+            "-break-insert jit_test_break_here".into(),
+            "-exec-run".into(),
+            "-stack-list-frames".into(),
+            "-stack-select-frame 1".into(),
+            "-stack-info-frame".into(),
+            "-file-list-exec-source-files".into(),
+            "-gdb-exit".into(),
+        ]);
+        std::fs::write(&input, script.join("\n") + "\n").unwrap();
+        let mut cmd = Command::new(if launcher {
+            env!("CARGO_BIN_EXE_jit-gdb")
+        } else {
+            "gdb"
+        });
+        cmd.env("JIT_GDB_READER", reader_so())
+            .args(["-i=mi", "-nx", "-q"])
+            .current_dir(dir.path());
+        let t = run_captured_with_input(cmd, dir.path(), Some(&input));
+        for bad in ["Fatal signal", "internal-error"] {
+            t.assert_not_contains(None, bad);
+        }
+        t.assert_contains(None, "^exit");
+        let frames = t
+            .text
+            .lines()
+            .find(|l| l.starts_with("^done,stack="))
+            .unwrap_or_else(|| t.fail("no -stack-list-frames answer"));
+        for name in JIT_FUNCTIONS {
+            let info = layout.get(name);
+            let at = frames
+                .find(&format!("func=\"{name}\""))
+                .unwrap_or_else(|| t.fail(&format!("{name} is not among the MI frames")));
+            let frame = &frames[at..frames[at..].find('}').map_or(frames.len(), |e| at + e)];
+            let field = |key: &str| {
+                frame
+                    .split(&format!("{key}=\""))
+                    .nth(1)
+                    .and_then(|r| r.split('"').next())
+                    .unwrap_or_else(|| t.fail(&format!("frame of {name} without {key}: {frame}")))
+            };
+            let full = field("fullname");
+            assert!(Path::new(full).is_file(), "{full} is not a file: {frame}");
+            let file = field("file");
+            if launcher {
+                assert_eq!(file, info.file, "{frame}");
+            } else {
+                assert!(is_cached_name(file, &info.file), "{frame}");
+            }
+            let line: u32 = field("line").parse().unwrap();
+            assert!(
+                info.lines.iter().any(|&(_, l)| l == line),
+                "{name} at line {line}"
+            );
+        }
+        t.assert_contains(None, "^done,frame={level=\"1\"");
+        t.assert_contains(None, "^done,files=[");
+        eprintln!("MI transcript (launcher: {launcher}):\n{}", t.text);
     }
-    t.assert_contains(None, "^exit");
-    let frames = t
-        .text
-        .lines()
-        .find(|l| l.starts_with("^done,stack="))
-        .unwrap_or_else(|| t.fail("no -stack-list-frames answer"));
-    for name in JIT_FUNCTIONS {
-        let at = frames
-            .find(&format!("func=\"{name}\""))
-            .unwrap_or_else(|| t.fail(&format!("{name} is not among the MI frames")));
-        let frame = &frames[at..frames[at..].find('}').map_or(frames.len(), |e| at + e)];
-        let full = frame
-            .split("fullname=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or_else(|| t.fail(&format!("frame of {name} without fullname: {frame}")));
-        assert!(Path::new(full).is_file(), "{full} is not a file: {frame}");
-        let line: u32 = frame
-            .split("line=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .and_then(|l| l.parse().ok())
-            .unwrap_or_else(|| t.fail(&format!("frame of {name} without line: {frame}")));
-        let info = layout.get(name);
-        assert!(
-            (1..=20).contains(&line) && info.lines.iter().any(|&(_, l)| l == line),
-            "{name} at line {line}"
-        );
-    }
-    t.assert_contains(None, "^done,frame={level=\"1\"");
-    t.assert_contains(None, "^done,files=[");
-    eprintln!("MI transcript:\n{}", t.text);
 }
 
 /// A kernel core of a SIGSEGV in JIT code, opened in another directory with a fresh cache
@@ -498,54 +516,65 @@ fn new_user_fib_js_absent_through_the_launcher() {
     if !have_gdb("new_user_fib_js") {
         return;
     }
-    let h = Host::new(
-        testhost(),
-        &[
-            "--format",
-            "compact",
-            "--source",
-            "absent",
-            "--source-name",
-            "fib.js",
-        ],
-    );
-    let dir = TempDir::new("src-fibjs");
-    let t = launcher_session(
-        &h,
-        dir.path(),
-        "run",
-        &[
-            "break jit_test_break_here",
+    let text = scenario_text();
+    for source in ["absent", "text"] {
+        // Line `n` as listed: the placeholder's, or (text registered) the script's own.
+        let line = |n: usize| match source {
+            "absent" => format!("{n}\tfib.js:{n}: source not available"),
+            _ => format!("{n}\t{}", text.lines().nth(n - 1).unwrap()),
+        };
+        let h = Host::new(
+            testhost(),
+            &[
+                "--format",
+                "compact",
+                "--source",
+                source,
+                "--source-name",
+                "fib.js",
+            ],
+        );
+        let dir = TempDir::new("src-fibjs");
+        let t = launcher_session(
+            &h,
+            dir.path(),
             "run",
-            &mark("frame"),
-            "frame 1",
-            &mark("finish"),
-            "frame 0",
-            "finish",
-            &mark("list"),
-            "list 16,19",
-            &mark("end"),
-        ],
-    );
-    assert_gdb_alive(&t);
-    t.assert_contains(Some("frame"), "in jit_second () at fib.js:18");
-    t.assert_contains(Some("frame"), "18\tfib.js:18: source not available");
-    t.assert_contains(Some("finish"), "jit_second () at fib.js:19");
-    t.assert_contains(Some("list"), "17\tfib.js:17: source not available");
-    eprintln!("new user, live:\n{}", t.text);
+            &[
+                "break jit_test_break_here",
+                "run",
+                &mark("frame"),
+                "frame 1",
+                &mark("finish"),
+                "frame 0",
+                "finish",
+                &mark("list"),
+                "list 16,19",
+                &mark("end"),
+            ],
+        );
+        assert_gdb_alive(&t);
+        t.assert_contains(Some("frame"), "in jit_second () at fib.js:18");
+        t.assert_contains(Some("frame"), &line(18));
+        t.assert_contains(Some("finish"), "jit_second () at fib.js:19");
+        t.assert_contains(Some("finish"), &line(19));
+        for n in 16..=19 {
+            t.assert_contains(Some("list"), &line(n));
+        }
+        eprintln!("new user ({source}), live:\n{}", t.text);
 
-    let t = launcher_session(
-        &h,
-        dir.path(),
-        "crash",
-        &["run", &mark("bt"), "bt", &mark("end")],
-    );
-    assert_gdb_alive(&t);
-    t.assert_contains(None, "SIGSEGV");
-    t.assert_contains(None, "jit_second () at fib.js:17");
-    t.assert_contains(None, "17\tfib.js:17: source not available");
-    t.assert_contains(Some("bt"), "in jit_middle () at fib.js:8");
-    eprintln!("new user, SIGSEGV:\n{}", t.text);
+        let t = launcher_session(
+            &h,
+            dir.path(),
+            "crash",
+            &["run", &mark("bt"), "bt", &mark("end")],
+        );
+        assert_gdb_alive(&t);
+        t.assert_contains(None, "SIGSEGV");
+        t.assert_contains(None, "jit_second () at fib.js:17");
+        t.assert_contains(None, &line(17));
+        t.assert_contains(Some("bt"), "in jit_middle () at fib.js:8");
+        eprintln!("new user ({source}), SIGSEGV:\n{}", t.text);
+    }
 }
 
 /// `Objfile.build_id` (and anything else that needs a BFD) crashes GDB 13 on a reader-made
