@@ -61,11 +61,23 @@ pub struct Namer {
     /// Names given for registered texts: (name, content hash) -> the name GDB gets. A
     /// batch entry holding a text is read again whenever it is rewritten.
     texts: BTreeMap<(String, String), String>,
+    /// Bytes given to the cache (or memory) since the reader was loaded.
+    written: u64,
 }
 
 /// Most files kept in GDB's memory when no cache directory can be written (each holds a
 /// descriptor); beyond, they share one that says the source is not available.
 const MAX_IN_MEMORY: usize = 256;
+
+/// Most bytes of texts and placeholders one reader load writes (to the cache or GDB's
+/// memory): a damaged or hostile core must not fill the disk. Beyond, files share one
+/// small file that says why their text is not shown.
+const MAX_WRITTEN: u64 = 256 << 20;
+
+/// The file of every source once [`MAX_WRITTEN`] is spent.
+const OVER_BUDGET_NAME: &str = "<jit source not written>";
+const OVER_BUDGET_TEXT: &str = "(jit-gdb) This source was not written: the reader already \
+    wrote its limit of source text for this session (256 MiB).\n";
 
 /// The file of one symtab, as the plan has it.
 pub struct FileRequest<'a> {
@@ -86,6 +98,7 @@ impl Namer {
             placeholders: BTreeMap::new(),
             in_memory: BTreeMap::new(),
             texts: BTreeMap::new(),
+            written: 0,
         }
     }
 
@@ -190,6 +203,19 @@ impl Namer {
     /// be linked in the session directory (`held` says what it then holds; `None`: fixed
     /// content), else the stored file's absolute path, else `/dev/null`.
     fn cached(&mut self, name: &str, bytes: &[u8], held: Option<Held>) -> String {
+        let len = bytes.len() as u64;
+        if self.written.saturating_add(len) > MAX_WRITTEN && name != OVER_BUDGET_NAME {
+            if self.written <= MAX_WRITTEN {
+                report::line(format_args!(
+                    "{MAX_WRITTEN} bytes of source files written in this session: `{name}` \
+                     and later files are not written (a damaged core?)"
+                ));
+                // Said once: the total is pushed past the limit.
+                self.written = MAX_WRITTEN + 1;
+            }
+            return self.cached(OVER_BUDGET_NAME, OVER_BUDGET_TEXT.as_bytes(), None);
+        }
+        self.written = self.written.saturating_add(len);
         let Some(cache) = self.cache() else {
             return self.in_memory(name, bytes);
         };
@@ -390,6 +416,19 @@ mod tests {
         let up = n.name(&req(Some("../../etc/passwd.js"), Some("x\n"), 1));
         assert!(up.starts_with(root.to_str().unwrap()), "{up}");
         assert!(!s.parent().unwrap().join("etc").exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn a_hostile_core_cannot_fill_the_disk() {
+        let root = scratch("budget");
+        let mut n = namer_at(&root);
+        n.written = MAX_WRITTEN - 10;
+        let a = n.name(&req(Some("/nonexistent/a.js"), Some("0123456789abcdef"), 1));
+        assert!(a.ends_with(OVER_BUDGET_NAME), "{a}");
+        assert!(std::fs::read_to_string(&a).unwrap().contains("not written"));
+        let b = n.name(&req(Some("/nonexistent/b.js"), None, 1 << 30));
+        assert_eq!(a, b);
         let _ = std::fs::remove_dir_all(&root);
     }
 
