@@ -43,6 +43,7 @@
 //! - Debugging a stripped executable: GDB finds the interface by symbol name.
 //! - Other architectures than x86-64 for unwinding (aarch64 slots in beside it later).
 
+pub mod arch;
 pub mod error;
 pub mod format;
 #[cfg(feature = "inspect")]

@@ -72,13 +72,9 @@ pub struct UnwindRow {
 }
 
 impl UnwindRow {
-    /// A function's entry state on x86-64: CFA = SP + 8, frame pointer untouched.
-    pub const X86_64_ENTRY: UnwindRow = UnwindRow {
-        offset: 0,
-        cfa_base: CfaBase::Sp,
-        cfa_offset: 8,
-        fp_offset: 0,
-    };
+    /// A function's entry state on x86-64: CFA = SP + 8, frame pointer untouched (see
+    /// [`crate::arch::x86_64::ENTRY`]).
+    pub const X86_64_ENTRY: UnwindRow = crate::arch::x86_64::ENTRY;
 }
 
 /// The epilogue of a standard frame-pointer function.
@@ -123,42 +119,16 @@ impl Frame {
 
     /// [`Self::rows`] into `rows` (cleared first): encoders reuse one vector.
     pub(crate) fn rows_into(&self, arch: Arch, size: u64, rows: &mut Vec<UnwindRow>) {
-        let _ = arch; // x86-64 layout; aarch64 frame records use the same offsets from x29.
-        let fp_rule = |offset| UnwindRow {
-            offset,
-            cfa_base: CfaBase::Fp,
-            cfa_offset: 16,
-            fp_offset: -16,
-        };
         rows.clear();
         match self {
-            Frame::Default => rows.push(fp_rule(0)),
+            Frame::Default => rows.push(crate::arch::default_row(arch)),
             Frame::Rows(given) => rows.extend_from_slice(given),
             Frame::FramePointer {
                 push_end,
                 setup_end,
                 epilogues,
             } => {
-                rows.reserve(3 + 2 * epilogues.len());
-                rows.push(UnwindRow::X86_64_ENTRY);
-                rows.push(UnwindRow {
-                    offset: *push_end,
-                    cfa_base: CfaBase::Sp,
-                    cfa_offset: 16,
-                    fp_offset: -16,
-                });
-                if setup_end > push_end {
-                    rows.push(fp_rule(*setup_end));
-                }
-                for e in epilogues {
-                    rows.push(UnwindRow {
-                        offset: e.restore_end,
-                        ..UnwindRow::X86_64_ENTRY
-                    });
-                    if u64::from(e.ret_end) < size {
-                        rows.push(fp_rule(e.ret_end));
-                    }
-                }
+                crate::arch::frame_pointer_rows(arch, *push_end, *setup_end, epilogues, size, rows)
             }
         }
     }

@@ -18,11 +18,11 @@ use crate::error::{Error, Result};
 use crate::format::wire::Reader;
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
 
-/// x86-64 DWARF register numbers.
-const RBP: u8 = 6;
-const RSP: u8 = 7;
+/// x86-64 DWARF register numbers (`crate::arch::x86_64`), as CFI opcodes take them.
+const RBP: u8 = crate::arch::x86_64::RBP as u8;
+const RSP: u8 = crate::arch::x86_64::RSP as u8;
 /// The return-address column (x86-64 `rip`).
-const RA: u8 = 16;
+const RA: u8 = crate::arch::x86_64::RIP as u8;
 /// Stack slots are 8 bytes: offsets are stored divided by this.
 const DATA_ALIGN: i32 = -8;
 
@@ -713,8 +713,8 @@ mod tests {
         (
             register.0,
             offset,
-            row.register(gimli::Register(6)),
-            row.register(gimli::Register(16)),
+            row.register(gimli::Register(crate::arch::x86_64::RBP)),
+            row.register(gimli::Register(crate::arch::x86_64::RIP)),
         )
     }
 

@@ -38,7 +38,7 @@ use crate::model::{
 };
 
 /// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
-const FRAME_POINTER: u8 = 6;
+const FRAME_POINTER: u8 = crate::arch::x86_64::RBP as u8;
 
 /// Line program parameters: the usual ones (GCC, LLVM), suited to small address and line
 /// steps.

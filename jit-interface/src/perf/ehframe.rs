@@ -16,9 +16,9 @@ use gimli::{constants, Encoding, Format, LittleEndian, Register};
 
 use crate::model::{Arch, CfaBase, Function};
 
-const RBP: Register = Register(6);
-const RSP: Register = Register(7);
-const RA: Register = Register(16);
+const RBP: Register = Register(crate::arch::x86_64::RBP);
+const RSP: Register = Register(crate::arch::x86_64::RSP);
+const RA: Register = Register(crate::arch::x86_64::RIP);
 
 /// `.eh_frame` followed by `.eh_frame_hdr`.
 #[derive(Debug, Clone, PartialEq, Eq)]

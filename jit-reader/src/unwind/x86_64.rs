@@ -16,9 +16,7 @@ use jit_interface::{CfaBase, UnwindRow};
 use super::{ArchRegs, CallerRegs, FrameRegs, Memory, Step};
 use crate::index::CodeFn;
 
-pub const RBP: u16 = 6;
-pub const RSP: u16 = 7;
-pub const RIP: u16 = 16;
+pub use jit_interface::arch::x86_64::{RBP, RIP, RSP};
 
 pub const REGS: ArchRegs = ArchRegs {
     pc: RIP,
