@@ -472,7 +472,7 @@ pub unsafe extern "C" fn jit_register(
             1 => Format::Elf,
             v => {
                 return Err(Error::Unsupported {
-                    format: "an unknown format",
+                    format: crate::error::PayloadFormat::Unknown(v),
                     why: format!(
                         "format {v} is neither JIT_FORMAT_COMPACT (0) nor JIT_FORMAT_ELF (1)"
                     ),
@@ -571,7 +571,9 @@ pub extern "C" fn jit_flush() -> usize {
 /// valid until the next failing call on the same thread.
 #[no_mangle]
 pub extern "C" fn jit_last_error() -> *const c_char {
-    LAST_ERROR.with(|e| e.borrow().as_ptr())
+    // Not through `guard`, which would replace the message read here. A panic (this
+    // thread's storage already gone, at thread exit) must not unwind into C: "" then.
+    catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr())).unwrap_or(c"".as_ptr())
 }
 
 /// Switches the perf map on: from now on every registered function is also appended to

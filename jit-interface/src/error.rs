@@ -3,8 +3,9 @@
 
 use std::fmt;
 
-/// Why a registration-API call failed.
+/// Why a registration-API call failed. More reasons may come: match with a `_` arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Error {
     /// A function name is empty, contains a NUL byte or is not UTF-8 (C API).
     BadName(String),
@@ -22,7 +23,7 @@ pub enum Error {
     /// A variable that cannot be described (bad name, location or type).
     BadVariable { function: String, why: String },
     /// The object cannot be encoded in the requested payload format.
-    Unsupported { format: &'static str, why: String },
+    Unsupported { format: PayloadFormat, why: String },
     /// An object with no function in it.
     EmptyObject,
     /// A NULL pointer was passed to the C API.
@@ -71,5 +72,69 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {}
 
+/// The payload format an [`Error::Unsupported`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PayloadFormat {
+    /// Compact records.
+    Compact,
+    /// ELF with DWARF.
+    Elf,
+    /// Any format: a limit of the registry itself.
+    Any,
+    /// A format number the C API does not know (`jit_register`).
+    Unknown(u32),
+}
+
+impl PayloadFormat {
+    /// Name for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            PayloadFormat::Compact => "compact records",
+            PayloadFormat::Elf => "ELF",
+            PayloadFormat::Any => "any",
+            PayloadFormat::Unknown(_) => "an unknown format",
+        }
+    }
+}
+
+impl fmt::Display for PayloadFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// Result of the registration API.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsupported_formats_read_as_before() {
+        let says = |format| {
+            Error::Unsupported {
+                format,
+                why: "why".into(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            says(PayloadFormat::Compact),
+            "cannot encode this object as compact records: why"
+        );
+        assert_eq!(
+            says(PayloadFormat::Elf),
+            "cannot encode this object as ELF: why"
+        );
+        assert_eq!(
+            says(PayloadFormat::Any),
+            "cannot encode this object as any: why"
+        );
+        assert_eq!(
+            says(PayloadFormat::Unknown(7)),
+            "cannot encode this object as an unknown format: why"
+        );
+    }
+}

@@ -67,7 +67,7 @@ pub mod source_cache;
 
 #[cfg(feature = "runtime")]
 pub use capi::*;
-pub use error::{Error, Result};
+pub use error::{Error, PayloadFormat, Result};
 pub use format::{
     decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
 };

@@ -997,7 +997,7 @@ impl Growing {
     pub(crate) fn append(&mut self, buf: &mut [u8], object: &JitObject) -> Result<Option<usize>> {
         if object.arch() != Arch::X86_64 {
             return Err(Error::Unsupported {
-                format: "ELF",
+                format: crate::error::PayloadFormat::Elf,
                 why: format!(
                     "the ELF encoder writes x86-64 objects only; this object is for {}",
                     object.arch().name()

@@ -103,7 +103,7 @@ fn encode_layout(
 ) -> Result<Vec<u8>> {
     if arch != Arch::X86_64 {
         return Err(Error::Unsupported {
-            format: "ELF",
+            format: crate::error::PayloadFormat::Elf,
             why: format!(
                 "the ELF encoder writes x86-64 objects only; this object is for {}",
                 arch.name()

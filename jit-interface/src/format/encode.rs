@@ -23,7 +23,7 @@ pub(crate) const FUNCTION_KIND_MASK: u8 = 0x03;
 pub(crate) const FUNCTION_LINES: u8 = 0x04;
 pub(crate) const FUNCTION_BLOCKS: u8 = 0x08;
 
-const FORMAT: &str = "compact records";
+const FORMAT: crate::error::PayloadFormat = crate::error::PayloadFormat::Compact;
 
 fn unsupported(why: String) -> Error {
     Error::Unsupported {

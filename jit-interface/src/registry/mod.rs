@@ -1,0 +1,542 @@
+//! Registration: encode an object, link it into GDB's list, unlink it when the handle drops.
+//!
+//! Two costs shape this module. Without a debugger, a registration should cost little more
+//! than encoding. With GDB attached, every hook call is a stop (~0.3-0.5 ms), GDB's cost per
+//! stop grows with the number of entries it holds, and attach walks all of them. So:
+//!
+//! - **No debugger** (the hook's first byte is not a breakpoint, see
+//!   [`crate::descriptor::debugger_attached`]): compact records are appended in place to an open
+//!   batch payload (a fixed-capacity buffer whose entry's size grows record by record), with
+//!   no stop and no re-encoding; unregistering clears the object's live slot only (a
+//!   *tombstone*: every reader skips such objects), and a batch is rewritten without its dead
+//!   records once they are the larger part. A debugger that attaches later reads the whole
+//!   list, as GDB always does on attach; the byte is read again after every in-place change,
+//!   so a debugger that attached meanwhile is told about it before the call returns.
+//!   Small ELF objects are appended in place the same way, to a growing ELF payload
+//!   (`elf::Growing`: each object is encoded once, into its place; an object whose
+//!   functions have lines in one file is read back from the payload for rewrites, others
+//!   keep their compact record); an ELF payload has no live check, so unregistering
+//!   rewrites the batch: a recent object is rolled back (`State::regrow`; the payload
+//!   that filled up last rolls back too, see `State::retire`), a batch's first
+//!   or last object splits its end off (`State::peel`, also under a debugger: code dropped
+//!   in order rewrites small entries), other objects make the batch be re-encoded whole.
+//!   [`unregister_many`] takes many out with one rewrite per batch.
+//!   Objects with call sites or variables (which a compact record cannot carry) are
+//!   registered as under a debugger.
+//! - **Debugger attached**: each registration gets an entry of its own (one stop: visible
+//!   before the call returns), every `FAN_IN` of those are merged into one batch entry, every
+//!   `FAN_IN` batches into a sealed one; an unregistration rewrites only its own batch. ELF
+//!   batches are re-encoded from the kept models; a sealed batch keeps its members' compact
+//!   records instead (a quarter of the memory) and decodes them at its first rewrite. A
+//!   compact registration's own entry is read through our reader (the cheapest stop), but
+//!   the batches it is merged into are encoded as ELF, which GDB reads natively and frees
+//!   whole (see `State::build_as_elf`: GDB leaks memory for every function its reader
+//!   interface reads), and once `READER_BUDGET` functions were read that way, small compact
+//!   registrations get ELF entries of their own too. Without a debugger, compact records
+//!   are self-contained, so merging and rewriting copy bytes.
+//!
+//! Objects with `BIG_OBJECT` functions or more get an entry of their own for good.
+//!
+//! **Deferred mode** ([`set_deferred`]) is for runtimes that register bursts of small objects
+//! one by one under a debugger: compact records are then appended in place even while a
+//! debugger is attached (in the list at once, so attach and core files see them) and
+//! announced together ([`flush`], or when `max_pending` registrations or `max_delay` are
+//! reached), one stop for many. Our GDB scripts (and so the `jit-gdb` launcher) announce
+//! pending registrations whenever the program stops, through `jit_gdb_flush_for_debugger`.
+//!
+//! ## Layout
+//!
+//! - this file: the public API;
+//! - `route`: the policy, pure functions of an operation's context (debugger attached,
+//!   deferred mode, reader budget) and its input;
+//! - `state`, `batch`: the slab of batches (debugger entries) and their kinds, the
+//!   registered objects, their models and live slots;
+//! - `quiet`: compact batches appended to in place, tombstones;
+//! - `growing`: growing ELF payloads (append, roll back, split an end off, rebuild by copies);
+//! - `merge`: the merge tree under a debugger;
+//! - `remove`: unregistration and rewrites;
+//! - `deferred`: deferred mode and its timer thread.
+
+mod batch;
+mod deferred;
+mod growing;
+mod merge;
+mod quiet;
+mod remove;
+mod route;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
+use std::time::Duration;
+
+use self::batch::{EntryCell, Kind, Place, Slot};
+use self::route::{Context, Path, Route, Shape};
+use self::state::{offset32, spare_payload, State};
+use crate::error::{PayloadFormat, Result};
+use crate::format::LiveCheck;
+use crate::model::{Arch, JitObject};
+
+/// Payload format of a registration.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Format {
+    /// Compact records, read by our GDB reader (`libjitreader.so`, loaded with
+    /// `jit-reader-load`). Names, lines, blocks and unwinding; no variables.
+    Compact = 0,
+    /// A minimal in-memory ELF object with DWARF, read by GDB and LLDB without any plugin.
+    Elf = 1,
+}
+
+impl Format {
+    /// Name for messages.
+    pub fn name(self) -> &'static str {
+        PayloadFormat::from(self).name()
+    }
+}
+
+impl From<Format> for PayloadFormat {
+    fn from(format: Format) -> PayloadFormat {
+        match format {
+            Format::Compact => PayloadFormat::Compact,
+            Format::Elf => PayloadFormat::Elf,
+        }
+    }
+}
+
+static REGISTRY: OnceLock<Mutex<State>> = OnceLock::new();
+
+fn registry() -> MutexGuard<'static, State> {
+    // The state is changed only after every fallible step (encoding) has succeeded, so a
+    // poisoned lock still guards a consistent state.
+    REGISTRY
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+}
+
+/// A registered object. Dropping it unregisters the object: debuggers forget its functions
+/// and its debug data is freed.
+#[must_use = "dropping a Registration unregisters the object at once: keep it while the code can run"]
+pub struct Registration {
+    id: u32,
+    format: Format,
+    /// Below 2^32: a model's functions are numbered in 32 bits.
+    functions: u32,
+    payload_len: u64,
+}
+
+/// Encodes `object` in `format` and registers it with the debugger.
+///
+/// The object is in the descriptor's list, consistent, when this returns (attach and core
+/// files see it), and a debugger attached at that moment has read it (unless deferred mode
+/// is on: see [`set_deferred`]).
+///
+/// Without a debugger (no `int3` on `__jit_debug_register_code`'s first byte) a compact
+/// object is appended in place to a batch entry: no stop, nothing re-encoded. With GDB
+/// attached, each registration gets an entry of its own (one stop), and small entries are
+/// merged 32 at a time into batch entries, 32 of those into sealed ones, so GDB holds few
+/// entries however many objects are live (those batches are ELF even for compact objects:
+/// GDB reads ELF without keeping memory for it once dropped). Objects with 64 functions or
+/// more get an entry of
+/// their own for good. Set `JIT_GDB_ALWAYS_NOTIFY=1` for debuggers that do not plant an
+/// `int3` there (hardware breakpoints, rr replay).
+pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
+    thread_local! {
+        /// Compact records are encoded here, then copied into their batch: no allocation per
+        /// registration for the record.
+        static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    // Validated by the encoders (first thing they do), not twice here.
+    let functions = object.functions().len();
+    let arch = object.arch();
+    let mut ctx = Context::for_registration();
+    let route = route::route(
+        &ctx,
+        &Shape {
+            format,
+            functions,
+            growable: format == Format::Elf && arch == Arch::X86_64 && growing::lossless(object),
+        },
+    );
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        // Encode before taking the lock: registrations from several threads encode in
+        // parallel.
+        let own = encode(object, format, &route, &mut scratch)?;
+        let functions32 = u32::try_from(functions).map_err(|_| crate::Error::Unsupported {
+            format: format.into(),
+            why: format!("{functions} functions in one object"),
+        })?;
+        let (id, payload_len) = registry().place(&mut ctx, &route, object, &mut scratch, own)?;
+        // Profiler outputs (perf map, jitdump) never fail the registration.
+        crate::perf::registered(object);
+        Ok(Registration {
+            id,
+            format,
+            functions: functions32,
+            payload_len: payload_len as u64,
+        })
+    })
+}
+
+/// What a registration encodes before taking the lock, besides its compact record (in the
+/// caller's scratch buffer).
+struct Encoded {
+    /// The ELF payload of an entry of its own.
+    elf: Option<Vec<u8>>,
+    /// The model it keeps.
+    model: Option<Arc<JitObject>>,
+    /// Its own bytes: the compact record, or the ELF payload (checked: 32-bit).
+    own_len: u32,
+    /// Its own payload's size (`Registration::payload_len`).
+    payload_len: usize,
+}
+
+/// Encodes a registration's own bytes before it takes the lock: its compact record (into
+/// `scratch`), or the ELF payload of an entry of its own.
+#[inline]
+fn encode(
+    object: &JitObject,
+    format: Format,
+    route: &Route,
+    scratch: &mut Vec<u8>,
+) -> Result<Encoded> {
+    // The slot is assigned under the lock; its address and key are patched in.
+    let placeholder = LiveCheck { address: 0, key: 1 };
+    let (elf, model) = match (route.encoding, route.path) {
+        (Format::Compact, _) => {
+            scratch.clear();
+            crate::format::encode_record(scratch, object, Some(placeholder))?;
+            // Compact records have no call sites, but the ELF batches a small object is
+            // merged into under a debugger can: an object that declares some keeps its
+            // model for them (the others' models are decoded from their records).
+            let calls =
+                !route.entry.alone && object.functions().iter().any(|f| !f.calls().is_empty());
+            (None, calls.then(|| Arc::new(object.clone())))
+        }
+        (Format::Elf, Path::Grow) => {
+            // A plain object (one function with lines: what runtimes registering one by
+            // one mostly have) is read back from the payload when needed, and the ELF
+            // encoder validates it under the lock. Others keep their compact record;
+            // encoding it validates them, as the ELF encoder would (the same checks).
+            scratch.clear();
+            if !growing::maybe_plain(object) {
+                crate::format::encode_record(scratch, object, None)?;
+            }
+            (None, None)
+        }
+        (Format::Elf, _) => {
+            if format == Format::Compact {
+                // Refused exactly when it would be without a debugger (e.g. variables).
+                scratch.clear();
+                crate::format::encode_record(scratch, object, Some(placeholder))?;
+            }
+            // Big objects keep an entry of their own, never merged or rewritten: no model.
+            let model = (!route.entry.alone).then(|| Arc::new(object.clone()));
+            let payload =
+                crate::elf::encode_objects_into(object.arch(), &[object], spare_payload())?;
+            (Some(payload), model)
+        }
+    };
+    let own_len = elf.as_ref().map_or(scratch.len(), Vec::len);
+    // Checked before any change of state: a slot's offsets are 32-bit.
+    Ok(Encoded {
+        own_len: offset32(own_len, route.encoding)?,
+        payload_len: match route.encoding {
+            Format::Compact => crate::format::HEADER_LEN + own_len,
+            Format::Elf => own_len,
+        },
+        elf,
+        model,
+    })
+}
+
+impl State {
+    /// Puts a registration of `object` (its compact `record`, live check to be patched in,
+    /// and what else was encoded) where `route` says: in place if there is room, else in
+    /// an entry of its own, merged with others. Returns its member index and its own
+    /// payload's size.
+    #[inline]
+    fn place(
+        &mut self,
+        ctx: &mut Context,
+        route: &Route,
+        object: &JitObject,
+        record: &mut [u8],
+        mut own: Encoded,
+    ) -> Result<(u32, usize)> {
+        let id = self.new_member(own.model.take())?;
+        if route.encoding == Format::Compact {
+            let key = self.fresh_live_key();
+            let slot = self.live.get(id as usize);
+            slot.store(key, Ordering::Release);
+            let address = slot as *const AtomicU64 as u64;
+            crate::format::patch_live_check(record, LiveCheck { address, key });
+        }
+        let arch = object.arch();
+        let mut quiet = false;
+        let placed = match route.path {
+            Path::InPlace if route::fits_in_place(record.len()) => {
+                quiet = true;
+                Some(self.append_quietly(ctx, id, arch, record))
+            }
+            Path::Grow => match self.append_growing(ctx, id, object, record) {
+                Ok(Some((batch_id, bytes))) => {
+                    own.payload_len = bytes;
+                    self.grown += 1;
+                    Some(batch_id)
+                }
+                // No room even in a new payload: an entry of its own, which needs the
+                // payload and the model.
+                Ok(None) => match encode_alone(object) {
+                    Ok((len, payload)) => {
+                        own.payload_len = payload.len();
+                        own.own_len = len;
+                        own.elf = Some(payload);
+                        self.set_model(id, Some(Arc::new(object.clone())));
+                        None
+                    }
+                    Err(e) => {
+                        self.release(id);
+                        return Err(e);
+                    }
+                },
+                Err(e) => {
+                    self.release(id);
+                    return Err(e);
+                }
+            },
+            Path::InPlace | Path::Entry => None,
+        };
+        let functions = object.functions().len();
+        let batch_id = match placed {
+            Some(batch_id) => batch_id,
+            None => self.link_own(route, id, arch, functions, record, own.elf, own.own_len),
+        };
+        self.join(id, batch_id);
+        if placed.is_none() && !route.entry.alone {
+            if route.entry.merge_waiting_compact {
+                self.merge_waiting(ctx, Format::Compact, 0);
+            }
+            self.level_push(ctx, route.encoding, 0, batch_id);
+        }
+        if quiet {
+            self.flush_if_due(ctx);
+        }
+        Ok((id, own.payload_len))
+    }
+}
+
+/// The ELF payload of `object` alone, and its length.
+#[cold]
+fn encode_alone(object: &JitObject) -> Result<(u32, Vec<u8>)> {
+    let payload = crate::elf::encode_objects_into(object.arch(), &[object], spare_payload())?;
+    Ok((offset32(payload.len(), Format::Elf)?, payload))
+}
+
+impl State {
+    /// Links an entry of member `id`'s own: its compact `record`, or its `elf` payload, whose
+    /// last `own_len` bytes are the member's. The caller merges it.
+    #[allow(clippy::too_many_arguments)]
+    fn link_own(
+        &mut self,
+        route: &Route,
+        id: u32,
+        arch: Arch,
+        functions: usize,
+        record: &[u8],
+        elf: Option<Vec<u8>>,
+        own_len: u32,
+    ) -> u64 {
+        if route.entry.close_open {
+            self.close_open_batches();
+        }
+        // Allocated before the payload: see `Batch::cell`.
+        let cell = EntryCell::new();
+        let buf = match route.encoding {
+            Format::Compact => {
+                let len = crate::format::HEADER_LEN + record.len();
+                let mut buf = Vec::with_capacity(len);
+                crate::pages::prefault_spare(&mut buf, len);
+                buf.extend_from_slice(&crate::format::header(arch));
+                buf.extend_from_slice(record);
+                buf
+            }
+            Format::Elf => elf.unwrap_or_default(),
+        };
+        // The member's bytes end the payload, after a compact header (or nothing, for ELF).
+        let at = buf.len().saturating_sub(own_len as usize) as u32;
+        let slot = Slot {
+            id,
+            place: Place::bytes(at, own_len),
+        };
+        let kind = if route.entry.alone {
+            Kind::Sealed
+        } else {
+            Kind::Merging { level: 0 }
+        };
+        if route.entry.read_by_reader {
+            route::read_by_reader(functions);
+        }
+        self.link_new(cell, route.encoding, kind, buf, vec![slot])
+    }
+}
+
+impl Registration {
+    /// Size in bytes of this object's own payload (header and record for compact records,
+    /// the ELF object for ELF); a debugger entry may hold it together with other objects:
+    /// see [`register`].
+    pub fn payload_len(&self) -> usize {
+        self.payload_len as usize
+    }
+
+    /// Payload format.
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    /// Number of functions registered by this handle.
+    pub fn function_count(&self) -> usize {
+        self.functions as usize
+    }
+}
+
+/// Unregisters every registration of `registrations` at once, as dropping each would, but
+/// each debugger entry that held some of them is rewritten once rather than once per object
+/// (with GDB attached: two stops per entry instead of two per object).
+///
+/// Why: a runtime that drops a large part of its code at once (a code cache flushed, a
+/// module unloaded, shutdown) would otherwise pay for a rewrite at every object. ELF has no
+/// live check, so an ELF object leaving an entry that holds others makes the registry
+/// re-encode that entry without it: dropping 100,000 one-by-one ELF registrations one at a
+/// time re-encodes some 50 objects per drop even in order (oldest or newest first: the
+/// batch's end is split off, 64 objects, see the registry's module docs), 0.4 s in all on
+/// the machine of `docs/PERFORMANCE.md`, and up to a whole batch (about 1,000 objects) per
+/// drop in any other order; in one call, each entry is rewritten once or, when all of its
+/// objects go, just unlinked (4 ms). Compact objects are cheap to drop either way (a
+/// tombstone each).
+///
+/// When this returns, no debugger entry lists any of them (attach and core files agree).
+///
+/// ```
+/// use jit_interface::{register, unregister_many, Format, JitObject};
+///
+/// let mut regs = Vec::new();
+/// for i in 0..100u64 {
+///     let mut obj = JitObject::new();
+///     obj.add_function(&format!("fn_{i}"), 0x7000_0000 + i * 64, 64)?;
+///     regs.push(register(&obj, Format::Elf)?);
+/// }
+/// // Every other one goes, in one call.
+/// let (gone, kept): (Vec<_>, Vec<_>) = regs.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+/// unregister_many(gone.into_iter().map(|(_, r)| r));
+/// assert_eq!(kept.len(), 50);
+/// # Ok::<(), jit_interface::Error>(())
+/// ```
+pub fn unregister_many(registrations: impl IntoIterator<Item = Registration>) {
+    // Taken before the lock: the iterator is the caller's code (it may register or drop).
+    let ids: Vec<u32> = registrations
+        .into_iter()
+        .map(|r| std::mem::ManuallyDrop::new(r).id)
+        .collect();
+    registry().remove_many(ids);
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        registry().remove(self.id);
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("format", &self.format)
+            .field("functions", &self.functions)
+            .field("payload_len", &self.payload_len)
+            .finish()
+    }
+}
+
+/// Consolidation work done so far in this process (see [`merge_stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Entries made by merging others.
+    pub merges: u64,
+    /// Registered objects those merges re-encoded, counted once per merge that held them.
+    pub objects: u64,
+    /// Wall time spent merging: re-encoding, linking the new entry, unlinking the old ones
+    /// (with a debugger attached, that includes its stops).
+    pub time: Duration,
+}
+
+/// How much consolidation (merging small entries into batch entries) has cost so far, for
+/// benchmarks and diagnostics: registering many small ELF objects one by one pays it (each
+/// object is re-encoded when its entry is merged, and again when batches are sealed), which
+/// batching or the compact format avoid.
+pub fn merge_stats() -> MergeStats {
+    registry().merge_stats
+}
+
+/// When deferred registrations are announced to an attached debugger (see [`set_deferred`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deferral {
+    /// Announce once this many registrations are pending (at least 1).
+    pub max_pending: usize,
+    /// Announce this long after the oldest pending registration at the latest (`None`: no
+    /// time limit). With a limit, a timer thread (`jit-gdb-flush`, started the first time
+    /// a registration is pending under a debugger, asleep while none is) announces them
+    /// even if the runtime registers nothing more, so a crash in idle code still shows
+    /// every name in plain GDB. (A child forked afterwards has no such thread: there the
+    /// limit is checked at each registration, and at [`flush`].)
+    pub max_delay: Option<Duration>,
+}
+
+/// Turns deferred mode on (`Some`) or off (`None`: pending registrations are announced
+/// now). In deferred mode small compact registrations never stop the process: they are
+/// appended in place to a batch entry (listed at once, so attach and core files see them) and
+/// an attached debugger reads them at the next announcement. ELF registrations and objects of
+/// 64 functions or more are announced at once as usual.
+pub fn set_deferred(deferral: Option<Deferral>) {
+    // Keeps the debugger's entry point in the executable when deferred mode is used.
+    std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
+    registry().set_deferral(deferral);
+}
+
+/// How many deferred registrations an attached debugger has not been told about yet.
+pub fn pending() -> usize {
+    jit_gdb_pending.load(Ordering::Relaxed) as usize
+}
+
+/// Announces pending deferred registrations to an attached debugger (one stop per batch
+/// entry holding some); returns how many registrations were pending.
+pub fn flush() -> usize {
+    registry().flush_now()
+}
+
+/// Registrations not yet announced to an attached debugger, for debugger scripts: our GDB
+/// extension reads it at every stop and, when nonzero, calls [`jit_gdb_flush_for_debugger`].
+#[no_mangle]
+#[used]
+pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
+
+/// For debugger scripts, called from the debugger while the process is stopped: announces
+/// pending deferred registrations, unless the registry is busy (a thread was stopped inside
+/// it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
+/// were announced.
+#[no_mangle]
+pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
+    // A panic must not unwind into the debugger's inferior call: -1, as when busy.
+    std::panic::catch_unwind(|| {
+        let lock = REGISTRY.get_or_init(Mutex::default);
+        match lock.try_lock() {
+            Ok(mut st) => st.flush_now() as i64,
+            Err(TryLockError::Poisoned(e)) => e.into_inner().flush_now() as i64,
+            Err(TryLockError::WouldBlock) => -1,
+        }
+    })
+    .unwrap_or(-1)
+}
