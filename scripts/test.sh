@@ -15,15 +15,17 @@ echo "== build (debug: tests; release: the optimised-binary checks)"
 cargo build --workspace --all-targets
 cargo build --release -p jit-interface -p jit-reader -p jit-gdb --bins --lib
 
-echo "== fuzzing the compact-record decoder (bounded)"
+echo "== fuzzing both decoder sinks: the data model's and the GDB reader's (bounded)"
 command -v cargo-fuzz >/dev/null || cargo install -q --locked cargo-fuzz
 fuzz_log=$(mktemp)
-if ! scripts/fuzz.sh "${JIT_GDB_FUZZ_SECONDS:-30}" >"$fuzz_log" 2>&1; then
+# Seconds per target (two targets).
+if ! scripts/fuzz.sh "${JIT_GDB_FUZZ_SECONDS:-30}" decode reader >"$fuzz_log" 2>&1; then
   tail -40 "$fuzz_log"
-  echo "fuzzing failed (crash, hang, leak or build error): see above and fuzz/artifacts/decode/"
+  echo "fuzzing failed (crash, hang, leak or build error): see above and fuzz/artifacts/{decode,reader}/"
   exit 1
 fi
-grep -E '^(stat::number_of_executed_units|stat::peak_rss_mb|Done)' "$fuzz_log" || tail -3 "$fuzz_log"
+grep -E '^(== fuzz target|stat::number_of_executed_units|stat::peak_rss_mb|Done)' "$fuzz_log" ||
+  tail -3 "$fuzz_log"
 rm -f "$fuzz_log"
 
 echo "== tests"

@@ -1,129 +1,114 @@
-//! The C host (`tests/c/host.c`): the same JIT scenario through the C API, compiled here with
-//! the system C compiler against `jit-interface/include/jit_interface.h` and the static
-//! library `libjit_interface.a` (built by this test with `cargo build -p jit-interface`,
-//! so a plain `cargo test` suffices). Checked under GDB, LLDB and valgrind; `nm` shows the
-//! JIT interface symbols in an optimised C build and a release build of the Rust host.
+//! The C host (`testhosts/c/host.c`): the same JIT scenario through the C API. The debugger
+//! checks run `jit-gdb-c-testhost`, which testhosts/build.rs compiles with the cc crate
+//! (-O2 -g) and links with the jit-interface crate; `c_host_links_as_the_readme_says` links
+//! the same file as the README tells C users to, against `libjit_interface.a` and `.so`.
+//! Checked under GDB, LLDB and valgrind; `nm` shows the JIT interface symbols in an
+//! optimised C build and a release build of the Rust host.
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::OnceLock;
 
 use common::scenario::{self, Host};
 use common::*;
 
-/// `target/<profile>` of this test run (where cargo put the Rust test host).
-fn profile_dir() -> PathBuf {
-    testhost().parent().unwrap().to_path_buf()
+/// The C host registering ELF.
+fn c_host() -> Host {
+    Host::new(c_testhost(), &["--format", "elf"])
 }
 
-fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cargo() -> Command {
-    Command::new(option_env!("CARGO").unwrap_or("cargo"))
-}
-
-/// Builds `libjit_interface.a` for this test profile (once) and returns its path.
-fn static_lib() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let profile = profile_dir();
-        let target = profile.parent().unwrap();
-        let mut c = cargo();
-        c.args(["build", "-p", "jit-interface", "--lib", "--target-dir"])
-            .arg(target)
-            .current_dir(workspace_root());
-        if profile.file_name().is_some_and(|n| n == "release") {
-            c.arg("--release");
-        }
-        let out = c.output().expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build -p jit-interface failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lib = profile.join("libjit_interface.a");
-        assert!(lib.exists(), "{} was not built", lib.display());
-        lib
-    })
-}
-
-/// Compiles the C host with `flags` (once per flag set) and returns the executable.
-fn c_host(tag: &'static str, flags: &'static [&'static str]) -> PathBuf {
-    static BUILT: OnceLock<std::sync::Mutex<Vec<(&'static str, PathBuf)>>> = OnceLock::new();
-    let built = BUILT.get_or_init(Default::default);
-    let mut built = built.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, p)) = built.iter().find(|(t, _)| *t == tag) {
-        return p.clone();
-    }
-    let lib = static_lib();
-    let out_dir = profile_dir().join("jit-gdb-c-host");
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let exe = out_dir.join(format!("host-{tag}"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let root = workspace_root();
-    let out = Command::new(&cc)
-        .args(flags)
-        .args(["-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"])
-        .arg(root.join("jit-interface/include"))
-        .arg(root.join("tests/c/host.c"))
-        .arg(lib)
-        .args(["-lpthread", "-ldl", "-lm", "-o"])
-        .arg(&exe)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
-    assert!(
-        out.status.success(),
-        "compiling tests/c/host.c with {cc} {flags:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    built.push((tag, exe.clone()));
-    exe
-}
-
-/// The optimised C host with debug info for the host's own functions, registering ELF.
+/// [`c_host`] for a GDB check.
 fn host() -> Option<Host> {
-    if !require_tool("cc", "this C host test") || !require_tool("gdb", "this C host test") {
-        return None;
-    }
-    Some(Host::new(
-        c_host("O2g", &["-O2", "-g"]),
-        &["--format", "elf"],
-    ))
+    require_tool("gdb", "this C host test").then(c_host)
 }
 
-#[test]
-fn c_host_runs_and_registers() {
-    if !require_tool("cc", "c_host_runs_and_registers") {
-        return;
-    }
-    let exe = c_host("O2g", &["-O2", "-g"]);
-    let dir = TempDir::new("c-run");
+/// Runs `exe` in `run` and `unregister` modes: the JIT code computes the right result.
+fn check_runs(exe: &Path, dir: &Path) {
     for mode in ["run", "unregister"] {
-        let out = Command::new(&exe)
-            .args(["--source-dir", dir.path().to_str().unwrap(), mode])
+        let out = Command::new(exe)
+            .args(["--source-dir", dir.to_str().unwrap(), mode])
             .output()
-            .unwrap();
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
-            "{mode}: {}\n{text}\n{}",
+            "{} {mode}: {}\n{text}\n{}",
+            exe.display(),
             out.status,
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(text.contains("registered 4 functions as ELF"), "{text}");
         assert!(text.contains("result=366 expected=366"), "{text}");
     }
-    // Bad input through the C API is an error with a message, not a crash.
+}
+
+#[test]
+fn c_host_runs_and_registers() {
+    let exe = c_testhost();
+    let dir = TempDir::new("c-run");
+    check_runs(&exe, dir.path());
+    // A bad option is a usage error, not a crash.
     let out = Command::new(&exe)
         .args(["--format", "bogus", "run"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}
+
+/// The README's two link lines for C programs, static and shared, on the C host compiled
+/// with `cc -O2` (no debug info): both programs run the scenario, and `nm` shows the JIT
+/// interface symbols defined in the static one (an optimised link keeps them).
+#[test]
+fn c_host_links_as_the_readme_says() {
+    let test = "c_host_links_as_the_readme_says";
+    if !require_tool("cc", test) || !require_tool("nm", test) {
+        return;
+    }
+    let libs = testhosts_dir();
+    let dir = TempDir::new("c-link");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let compile = |exe: &Path, link: &[String]| {
+        let out = Command::new(&cc)
+            .args(["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-I"])
+            .arg(root.join("jit-interface/include"))
+            .arg(root.join("testhosts/c/host.c"))
+            .args(link)
+            .arg("-o")
+            .arg(exe)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
+        assert!(
+            out.status.success(),
+            "compiling testhosts/c/host.c with {cc} {link:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let lib = libs.display();
+    let static_exe = dir.join("host-static");
+    compile(
+        &static_exe,
+        &[
+            format!("{lib}/libjit_interface.a"),
+            "-lpthread".into(),
+            "-ldl".into(),
+            "-lm".into(),
+        ],
+    );
+    check_runs(&static_exe, dir.path());
+    assert_jit_symbols(&static_exe);
+    let shared_exe = dir.join("host-shared");
+    compile(
+        &shared_exe,
+        &[
+            format!("-L{lib}"),
+            "-ljit_interface".into(),
+            format!("-Wl,-rpath,{lib}"),
+        ],
+    );
+    check_runs(&shared_exe, dir.path());
 }
 
 #[test]
@@ -228,18 +213,15 @@ fn c_host_lldb_bt() {
     if !require_tool("lldb", "c_host_lldb_bt") {
         return;
     }
-    let Some(h) = host() else { return };
-    scenario::lldb_backtrace(&h, "c-lldb");
+    scenario::lldb_backtrace(&c_host(), "c-lldb");
 }
 
 #[test]
 fn c_host_valgrind_no_leaks() {
-    if !require_tool("cc", "c_host_valgrind_no_leaks")
-        || !require_tool("valgrind", "c_host_valgrind_no_leaks")
-    {
+    if !require_tool("valgrind", "c_host_valgrind_no_leaks") {
         return;
     }
-    let exe = c_host("O2g", &["-O2", "-g"]);
+    let exe = c_testhost();
     let dir = TempDir::new("c-valgrind");
     for mode in ["run", "unregister"] {
         let out = Command::new("valgrind")
@@ -293,39 +275,14 @@ fn assert_jit_symbols(exe: &Path) {
 }
 
 #[test]
-fn nm_shows_jit_symbols_in_optimised_c_host() {
-    if !require_tool("cc", "nm_shows_jit_symbols_in_optimised_c_host")
-        || !require_tool("nm", "nm_shows_jit_symbols_in_optimised_c_host")
-    {
-        return;
-    }
-    assert_jit_symbols(&c_host("O2", &["-O2"]));
-}
-
-#[test]
 fn nm_shows_jit_symbols_in_release_rust_host() {
     if !require_tool("nm", "nm_shows_jit_symbols_in_release_rust_host") {
         return;
     }
-    let target = profile_dir().parent().unwrap().to_path_buf();
-    let out = cargo()
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "jit-gdb",
-            "--bin",
-            "jit-gdb-testhost",
-            "--target-dir",
-        ])
-        .arg(&target)
-        .current_dir(workspace_root())
-        .output()
-        .expect("run cargo build --release");
-    assert!(
-        out.status.success(),
-        "cargo build --release failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let release = cargo_build(
+        "testhosts",
+        "release",
+        &["-p", "jit-gdb-testhosts", "--bin", "jit-gdb-testhost"],
     );
-    assert_jit_symbols(&target.join("release/jit-gdb-testhost"));
+    assert_jit_symbols(&release.join("jit-gdb-testhost"));
 }

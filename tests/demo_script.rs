@@ -1,6 +1,8 @@
 //! The demo JIT through the real binary: `jit-gdb run-script` compiles a script to machine
 //! code, runs it and exits with `main`'s value.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -51,6 +53,9 @@ fn crash_mode_faults_in_jit_code() {
     assert_eq!(o.status.signal(), Some(libc::SIGSEGV), "{:?}", o.status);
     // Under GDB (nothing registered): the faulting instruction is the script's inline
     // `load` of the null pointer `probe` returned, in code no symbol covers.
+    if !common::require_tool("gdb", "crash_mode_faults_in_jit_code (under GDB)") {
+        return;
+    }
     let o = Command::new("gdb")
         .args([
             "-batch", "-nx", "-ex", "run", "-ex", "x/i $pc", "-ex", "p $rax",

@@ -2,14 +2,22 @@
 //! JIT-compiled script functions, with the script's file and lines, down to the native
 //! code that called the script's `main`.
 
+mod common;
+mod reader_support;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use common::require_tool;
+
+/// `jit-gdb ARGS`, with the reader under test (`JIT_GDB_READER`: cargo puts the reader next
+/// to jit-gdb only when the workspace was built, not for `cargo test -p jit-gdb`).
 fn jit_gdb(args: &[&str]) -> Output {
     let cache = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("launcher_demo");
     Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
         .args(args)
         .env("XDG_CACHE_HOME", &cache)
+        .env("JIT_GDB_READER", reader_support::reader_so())
         .output()
         .expect("run jit-gdb")
 }
@@ -30,30 +38,6 @@ fn line_of(needle: &str) -> usize {
         .position(|l| l.contains(needle))
         .unwrap_or_else(|| panic!("demo/fib.jg has no line with {needle:?}"))
         + 1
-}
-
-/// `Some(reason)` if this format cannot work in this build yet (encoder or reader not
-/// merged / not built), so the test is skipped with that reason printed.
-fn unavailable(format: &str) -> Option<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/demo/fib.jg");
-    let o = jit_gdb(&["run-script", script, "--format", format]);
-    if !o.status.success() {
-        let t = text(&o);
-        if t.contains("not implemented yet") {
-            return Some(format!(
-                "registration as {format} is not implemented yet: {}",
-                t.trim()
-            ));
-        }
-        panic!("run-script --format {format} failed: {t}");
-    }
-    if format == "compact" {
-        let o = jit_gdb(&["--reader-path"]);
-        if !o.status.success() {
-            return Some(format!("no reader plugin: {}", text(&o).trim()));
-        }
-    }
-    None
 }
 
 /// Checks the backtrace in `out`: leaf <- fib ... <- main (JIT, script lines), then the
@@ -92,8 +76,7 @@ fn check_backtrace(out: &str, with_args: bool) {
 
 #[test]
 fn demo_elf_backtrace_through_jit_frames() {
-    if let Some(why) = unavailable("elf") {
-        eprintln!("SKIPPED demo_elf_backtrace_through_jit_frames: {why}");
+    if !require_tool("gdb", "demo_elf_backtrace_through_jit_frames") {
         return;
     }
     let o = jit_gdb(&["demo", "--format", "elf"]);
@@ -105,8 +88,7 @@ fn demo_elf_backtrace_through_jit_frames() {
 
 #[test]
 fn demo_compact_backtrace_through_jit_frames() {
-    if let Some(why) = unavailable("compact") {
-        eprintln!("SKIPPED demo_compact_backtrace_through_jit_frames: {why}");
+    if !require_tool("gdb", "demo_compact_backtrace_through_jit_frames") {
         return;
     }
     // A script newer than the program (as at the first run, which writes it): GDB would
@@ -127,11 +109,10 @@ fn demo_compact_backtrace_through_jit_frames() {
 
 #[test]
 fn demo_crash_post_mortem() {
+    if !require_tool("gdb", "demo_crash_post_mortem") {
+        return;
+    }
     for format in ["elf", "compact"] {
-        if let Some(why) = unavailable(format) {
-            eprintln!("SKIPPED demo_crash_post_mortem --format {format}: {why}");
-            continue;
-        }
         let o = jit_gdb(&["demo", "--format", format, "--crash"]);
         let out = text(&o);
         assert!(out.contains("SIGSEGV"), "{out}");
@@ -154,8 +135,7 @@ fn demo_crash_post_mortem() {
 /// `jit-gdb core PROGRAM CORE` on the core the crashing demo left behind.
 #[test]
 fn core_report_shows_jit_frames() {
-    if let Some(why) = unavailable("compact") {
-        eprintln!("SKIPPED core_report_shows_jit_frames: {why}");
+    if !require_tool("gdb", "core_report_shows_jit_frames") {
         return;
     }
     let o = jit_gdb(&["demo", "--crash", "--keep-core"]);
@@ -201,8 +181,7 @@ fn core_report_shows_jit_frames() {
 /// program after `--`.
 #[test]
 fn gdb_wrapper_loads_the_reader() {
-    if let Some(why) = unavailable("compact") {
-        eprintln!("SKIPPED gdb_wrapper_loads_the_reader: {why}");
+    if !require_tool("gdb", "gdb_wrapper_loads_the_reader") {
         return;
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/demo/fib.jg");

@@ -49,7 +49,14 @@ fn reader_missing_says_how_to_build_it() {
         &["demo"][..],
         &["-q", "--", "/bin/true"][..],
     ] {
-        let o = jit_gdb(args, &[("JIT_GDB_READER", "/nonexistent/libjitreader.so")]);
+        // Any GDB will do (the reader is looked for first): the test needs none installed.
+        let o = jit_gdb(
+            args,
+            &[
+                ("JIT_GDB_READER", "/nonexistent/libjitreader.so"),
+                ("JIT_GDB_GDB", "/bin/true"),
+            ],
+        );
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         let e = stderr(&o);
         assert!(
@@ -69,6 +76,38 @@ fn reader_path_prints_the_override() {
     let out = String::from_utf8_lossy(&o.stdout);
     let want = std::fs::canonicalize("/bin/true").unwrap();
     assert_eq!(out.trim_end(), want.to_str().unwrap());
+}
+
+/// Without `JIT_GDB_READER`, the reader next to the launcher (where `cargo build` puts both).
+/// The demo tests set `JIT_GDB_READER` (the reader sits next to jit-gdb only when the whole
+/// workspace was built), so this lookup is checked here, on a copy of the launcher.
+#[test]
+fn reader_path_finds_the_reader_next_to_the_launcher() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("launcher_errors-next-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("jit-gdb");
+    // A hard link, not a copy where possible: a copy is open for writing, and a test thread
+    // forking meanwhile keeps it so in its child, which makes exec fail (ETXTBSY).
+    let _ = std::fs::remove_file(&exe);
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_jit-gdb"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_jit-gdb"), &exe).unwrap();
+    }
+    let reader = dir.join("libjitreader.so");
+    std::fs::write(&reader, b"").unwrap();
+    // The launcher names it by its own path, which the kernel gives with links resolved.
+    let want = std::fs::canonicalize(&reader).unwrap();
+    let o = Command::new(&exe)
+        .arg("--reader-path")
+        .env_remove("JIT_GDB_READER")
+        .output()
+        .expect("run the copied jit-gdb");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim_end(),
+        want.to_str().unwrap()
+    );
 }
 
 #[test]

@@ -186,7 +186,7 @@ fn damaged_payloads() {
         return;
     }
     let dir = TempDir::new("scripts-errors-payloads");
-    let program = PathBuf::from(env!("CARGO_BIN_EXE_reader_testhost"));
+    let program = common::reader_testhost();
     let src = dir.path().display().to_string();
     let t = Gdb::program(&program, &["--source-dir", &src, "corrupt"], dir.path())
         .cmd(reader_support::load_cmd())

@@ -155,7 +155,7 @@ fn mixed_kinds() {
         return;
     }
     let dir = TempDir::new("scripts-mixed");
-    let program = std::path::PathBuf::from(env!("CARGO_BIN_EXE_reader_testhost"));
+    let program = common::reader_testhost();
     let src = dir.path().display().to_string();
     let t = common::Gdb::program(&program, &["--source-dir", &src, "mixed"], dir.path())
         .cmd(reader_support::load_cmd())

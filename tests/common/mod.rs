@@ -6,7 +6,9 @@
 //! Use from a test file with `mod common;` (items a given file does not use are allowed to
 //! be dead code). Environment: `JIT_GDB_SHOW=1` prints every transcript (with
 //! `-- --nocapture`), `JIT_GDB_KEEP_TEMP=1` keeps the scratch directories (core files),
-//! `JIT_GDB_TEST_TIMEOUT=SECS` changes the per-debugger timeout (default 120).
+//! `JIT_GDB_TEST_TIMEOUT=SECS` changes the per-debugger timeout (default 120),
+//! `JIT_GDB_TESTHOSTS=DIR` runs test hosts built beforehand (see [`testhosts_dir`]), and
+//! `CI` or `JIT_GDB_REQUIRE_TOOLS=1` turns a missing debugger into a failure ([`require_tool`]).
 //!
 //! - Ready-made checks of the scenario: [`scenario`] (`scenario::backtrace(&Host::rust("elf"),
 //!   "tag")`, `step_every_instruction`, `attach_and_gcore`, `crash_core`, ...). For compact
@@ -28,11 +30,120 @@ use std::io::{BufRead, BufReader, Read, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-/// The Rust JIT test host (built by cargo for the integration tests).
+// ---------------------------------------------------------------------------------------
+// The test hosts (package jit-gdb-testhosts, testhosts/)
+
+/// The Rust JIT test host.
 pub fn testhost() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_jit-gdb-testhost"))
+    testhost_program("jit-gdb-testhost")
+}
+
+/// The reader's extra scenarios (clobbered rsp, reused addresses, damaged payloads...).
+pub fn reader_testhost() -> PathBuf {
+    testhost_program("reader_testhost")
+}
+
+/// The C test host: testhosts/c/host.c, compiled by testhosts/build.rs.
+pub fn c_testhost() -> PathBuf {
+    testhost_program("jit-gdb-c-testhost")
+}
+
+/// A program of the test-host package, in this test's profile (see [`testhosts_dir`]).
+pub fn testhost_program(name: &str) -> PathBuf {
+    let p = testhosts_dir().join(name);
+    assert!(p.is_file(), "no test host {}", p.display());
+    p
+}
+
+/// Where the test hosts are: `JIT_GDB_TESTHOSTS` (a directory holding them, built
+/// beforehand) if set, else built (or brought up to date) once per test binary by
+/// [`build_testhosts`] in this test's profile.
+pub fn testhosts_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if let Some(d) = std::env::var_os("JIT_GDB_TESTHOSTS") {
+            let d = PathBuf::from(d);
+            assert!(
+                d.is_dir(),
+                "JIT_GDB_TESTHOSTS={} is not a directory",
+                d.display()
+            );
+            return d;
+        }
+        build_testhosts(&test_profile())
+    })
+}
+
+/// Builds the test hosts, and jit-interface's C libraries (`libjit_interface.a`, `.so`) for
+/// the C link test, in cargo profile `profile`; returns their directory. They are not
+/// binaries of the package under test (`cargo install` must not install them), so cargo
+/// gives no `CARGO_BIN_EXE_` path for them: the tests build them themselves.
+pub fn build_testhosts(profile: &str) -> PathBuf {
+    cargo_build(
+        "testhosts",
+        profile,
+        &["-p", "jit-gdb-testhosts", "-p", "jit-interface"],
+    )
+}
+
+/// The cargo profile this test binary was built in (`debug` for dev and test builds), by
+/// its directory `target/<profile>/deps`.
+pub fn test_profile() -> String {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .expect("test executable in target/<profile>/deps")
+        .to_string()
+}
+
+/// Runs `cargo build ARGS` in cargo profile `profile` (a directory name: `debug` is the dev
+/// profile) with target directory `target/<target_dir>` beside this test's, and returns
+/// `target/<target_dir>/<profile>`.
+///
+/// A target directory of its own because jit-interface (a cdylib and staticlib too) has
+/// unhashed artifact names, even its rlib: building one package alone, with other features
+/// of jit-interface than the workspace's, into `target/` would overwrite the jit-interface
+/// library the rest of the test run uses.
+pub fn cargo_build(target_dir: &str, profile: &str, args: &[&str]) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .join(target_dir);
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["build", "--quiet"])
+        .args(args)
+        .arg("--target-dir")
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        p => {
+            cmd.args(["--profile", p]);
+        }
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo: {e}"));
+    assert!(
+        out.status.success(),
+        "`cargo build {} --target-dir {} ({profile})` failed ({}):\n{}",
+        args.join(" "),
+        target.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join(profile)
 }
 
 /// The scenario's call chain from the usual breakpoint outwards (innermost first). JIT

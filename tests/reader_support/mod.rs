@@ -7,14 +7,12 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::common::scenario::Host;
-use crate::common::{Gdb, Layout, TempDir, Transcript};
+use crate::common::{cargo_build, test_profile, Gdb, Layout, TempDir, Transcript};
 
 /// The reader plugin under test: `JIT_READER_SO` if set, else built (or brought up to
 /// date) once per test binary with `cargo build -p jit-reader` in the test's profile, into
-/// its own target directory `target/reader-tests` beside this test executable's. A separate
-/// directory because jit-interface (a cdylib and staticlib too) has unhashed artifact names:
-/// building the reader alone, with other features, in `target/` would overwrite the
-/// jit-interface library the rest of the test run (its doctests) uses.
+/// its own target directory `target/reader-tests` (see [`crate::common::cargo_build`]: the
+/// reader wants jit-interface without its runtime).
 pub fn reader_so() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
     SO.get_or_init(|| {
@@ -23,41 +21,12 @@ pub fn reader_so() -> &'static Path {
             assert!(p.is_file(), "JIT_READER_SO={} is not a file", p.display());
             return p;
         }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable in target/<profile>/deps");
-        let profile = profile_dir
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("debug")
-            .to_string();
-        let target_dir = profile_dir
-            .parent()
-            .expect("target dir")
-            .join("reader-tests");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "--quiet", "-p", "jit-reader", "--target-dir"])
-            .arg(&target_dir)
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            p => {
-                cmd.args(["--profile", p]);
-            }
-        }
-        let so = target_dir.join(&profile).join("libjitreader.so");
-        let status = cmd.status();
+        let dir = cargo_build("reader-tests", &test_profile(), &["-p", "jit-reader"]);
+        let so = dir.join("libjitreader.so");
         assert!(
-            matches!(status, Ok(s) if s.success()) && so.is_file(),
-            "building the reader with `cargo build -p jit-reader --target-dir {}` failed ({status:?}); \
-             set JIT_READER_SO to a built libjitreader.so to use that instead",
-            target_dir.display()
+            so.is_file(),
+            "{} was not built; set JIT_READER_SO to a built libjitreader.so to use that instead",
+            so.display()
         );
         so
     })

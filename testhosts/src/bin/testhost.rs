@@ -1,15 +1,16 @@
 //! `jit-gdb-testhost`: a JIT in miniature for the end-to-end tests. It compiles real x86-64
 //! machine code at run time into mmap'ed memory, registers it through `jit-interface` and
 //! runs it, calling back into native code, so that a debugger sees a stack that mixes native
-//! and JIT frames (see `src/testhost/scenario.rs` for the call chain). Not meant for users.
+//! and JIT frames (see `testhosts/src/scenario.rs` for the call chain). Not meant for users.
 
-// Shared with the demo JIT, which uses the one-call constructor this host does not.
+// The launcher's W^X code buffer, shared with its demo JIT (this package is never published,
+// so a path outside it is fine); the demo uses the one-call constructor this host does not.
 #[allow(dead_code)]
-#[path = "../exec_mem.rs"]
+#[path = "../../../src/exec_mem.rs"]
 mod exec_mem;
-#[path = "../testhost/scenario.rs"]
+#[path = "../scenario.rs"]
 mod scenario;
-#[path = "../testhost/x86.rs"]
+#[path = "../x86.rs"]
 mod x86;
 
 use std::io::Write;

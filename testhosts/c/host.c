@@ -1,4 +1,4 @@
-/* jit-gdb C test host: the Rust host's scenario (src/testhost/scenario.rs) through the C API.
+/* jit-gdb C test host: the Rust host's scenario (testhosts/src/scenario.rs) through the C API.
  *
  * It JIT-compiles real x86-64 code at run time (hand-encoded bytes in an mmap'ed buffer,
  * written read-write, then switched to read-execute), describes it with jit_interface.h and
