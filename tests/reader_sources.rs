@@ -294,18 +294,11 @@ fn missing_source_reader_from_a_users_gdbinit() {
         &h,
         dir.path(),
         "run",
-        &[
-            "break jit_test_break_here",
-            "run",
-            &mark("bt"),
-            "bt",
-            &mark("frame"),
-            "frame 1",
-            "list",
-            &mark("sources"),
-            "info sources jit_",
-            &mark("end"),
-        ],
+        &at_break(&[
+            ("bt", &["bt"]),
+            ("frame", &["frame 1", "list"]),
+            ("sources", &["info sources jit_"]),
+        ]),
     );
     assert_gdb_alive(&t);
     assert_chain(&t, "bt", &CHAIN, &layout);
@@ -379,17 +372,11 @@ fn launcher_keeps_the_runtimes_file_names() {
         &h,
         dir.path(),
         "run",
-        &[
-            "break jit_test_break_here",
-            "run",
-            &mark("bt"),
-            "bt",
-            &mark("frame"),
-            "frame 4",
-            &mark("info source"),
-            "info source",
-            &mark("end"),
-        ],
+        &at_break(&[
+            ("bt", &["bt"]),
+            ("frame", &["frame 4"]),
+            ("info source", &["info source"]),
+        ]),
     );
     assert_gdb_alive(&t);
     let frames = assert_chain(&t, "bt", &CHAIN, &layout);
@@ -452,6 +439,18 @@ fn unwritable_cache_falls_back_without_a_crash() {
     assert_eq!(warnings, 1, "expected one warning:\n{}", t.text);
 }
 
+/// Commands that stop in `jit_test_break_here`, then each section's commands after its
+/// marker, then the `end` marker.
+fn at_break(sections: &[(&str, &[&str])]) -> Vec<String> {
+    let mut v = vec!["break jit_test_break_here".to_string(), "run".into()];
+    for (name, cmds) in sections {
+        v.push(mark(name));
+        v.extend(cmds.iter().map(|c| c.to_string()));
+    }
+    v.push(mark("end"));
+    v
+}
+
 /// `DEBUGGER -batch [-nx] PRELUDE -ex CMD... --args HOST ARGS MODE` in `dir` with `env`:
 /// GDB itself (`nx` false: it reads the user's `~/.gdbinit`), or the launcher, which
 /// hands everything to GDB.
@@ -462,7 +461,7 @@ fn session(
     h: &Host,
     dir: &Path,
     mode: &str,
-    cmds: &[&str],
+    cmds: &[impl AsRef<std::ffi::OsStr>],
 ) -> Transcript {
     let mut cmd = Command::new(debugger);
     cmd.envs(env.iter().copied()).current_dir(dir).arg("-batch");
@@ -483,7 +482,12 @@ fn session(
 }
 
 /// The launcher (`jit-gdb`, with the reader under test) on the host.
-fn launcher_session(h: &Host, dir: &Path, mode: &str, cmds: &[&str]) -> Transcript {
+fn launcher_session(
+    h: &Host,
+    dir: &Path,
+    mode: &str,
+    cmds: &[impl AsRef<std::ffi::OsStr>],
+) -> Transcript {
     launched(&[], h, dir, mode, cmds)
 }
 
@@ -493,7 +497,7 @@ fn launched(
     h: &Host,
     dir: &Path,
     mode: &str,
-    cmds: &[&str],
+    cmds: &[impl AsRef<std::ffi::OsStr>],
 ) -> Transcript {
     let mut all = vec![("JIT_GDB_READER", reader_so().as_os_str())];
     all.extend_from_slice(env);
@@ -539,18 +543,11 @@ fn new_user_fib_js_absent_through_the_launcher() {
             &h,
             dir.path(),
             "run",
-            &[
-                "break jit_test_break_here",
-                "run",
-                &mark("frame"),
-                "frame 1",
-                &mark("finish"),
-                "frame 0",
-                "finish",
-                &mark("list"),
-                "list 16,19",
-                &mark("end"),
-            ],
+            &at_break(&[
+                ("frame", &["frame 1"]),
+                ("finish", &["frame 0", "finish"]),
+                ("list", &["list 16,19"]),
+            ]),
         );
         assert_gdb_alive(&t);
         t.assert_contains(Some("frame"), "in jit_second () at fib.js:18");
@@ -597,19 +594,22 @@ fn scripts_never_touch_bfd_only_attributes_of_reader_objfiles() {
         &h,
         dir.path(),
         "run",
-        &[
-            "break jit_test_break_here",
-            "run",
-            &mark("jit"),
-            "jit list",
-            "jit symbolize $pc",
-            "frame 1",
-            "jit symbolize $pc",
-            "jit sources",
-            &mark("objfiles"),
-            "python print(len([o.filename for o in gdb.objfiles()]))",
-            &mark("end"),
-        ],
+        &at_break(&[
+            (
+                "jit",
+                &[
+                    "jit list",
+                    "jit symbolize $pc",
+                    "frame 1",
+                    "jit symbolize $pc",
+                    "jit sources",
+                ],
+            ),
+            (
+                "objfiles",
+                &["python print(len([o.filename for o in gdb.objfiles()]))"],
+            ),
+        ]),
     );
     assert_gdb_alive(&t);
     t.assert_contains(Some("jit"), "jit_second");
@@ -637,16 +637,7 @@ fn elf_source_text_is_listed_through_the_launcher() {
             &h,
             dir.path(),
             "run",
-            &[
-                "break jit_test_break_here",
-                "run",
-                &mark("bt"),
-                "bt",
-                &mark("frame"),
-                "frame 4",
-                "list 6,9",
-                &mark("end"),
-            ],
+            &at_break(&[("bt", &["bt"]), ("frame", &["frame 4", "list 6,9"])]),
         );
         assert_gdb_alive(&t);
         assert_chain(&t, "bt", &CHAIN, &layout);
@@ -724,13 +715,7 @@ fn file_names_never_lead_outside_the_cache() {
             &h,
             dir.path(),
             "run",
-            &[
-                "break jit_test_break_here",
-                "run",
-                &mark("frame"),
-                "frame 1",
-                &mark("end"),
-            ],
+            &at_break(&[("frame", &["frame 1"])]),
         );
         assert_gdb_alive(&t);
         t.assert_contains(
@@ -801,18 +786,12 @@ fn functions_without_lines_get_a_named_file() {
     }
     let h = Host::new(testhost(), &["--format", "compact", "--no-lines"]);
     let dir = TempDir::new("src-nolines");
-    let cmds = [
-        "break jit_test_break_here",
-        "run",
-        &mark("bt"),
-        "bt",
-        &mark("frame"),
-        "frame 1",
-        &mark("sources"),
-        "info sources jit",
-        &mark("end"),
-    ];
-    let bare = end(gdb(&h, dir.path(), "run").cmds(cmds.iter().copied())).run();
+    let cmds = at_break(&[
+        ("bt", &["bt"]),
+        ("frame", &["frame 1"]),
+        ("sources", &["info sources jit"]),
+    ]);
+    let bare = gdb(&h, dir.path(), "run").cmds(cmds.iter().cloned()).run();
     let launched = launcher_session(&h, dir.path(), "run", &cmds);
     for t in [bare, launched] {
         assert_gdb_alive(&t);
