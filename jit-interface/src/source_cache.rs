@@ -61,9 +61,8 @@ pub fn content_hash(bytes: &[u8]) -> String {
 /// most [`MAX_PLACEHOLDER_LINES`]), each saying that the text is not available, so that
 /// `list` prints something true wherever it is asked to.
 pub fn placeholder(name: &str, lines: u32) -> String {
-    let base = Path::new(name)
-        .file_name()
-        .map_or(name.into(), |b| b.to_string_lossy());
+    // Short whatever the name (a core may hold a megabyte-long one): the lines stay small.
+    let base = stored_basename(name);
     let n = lines.clamp(1, MAX_PLACEHOLDER_LINES);
     let mut s = String::with_capacity(n as usize * (base.len() + 64));
     for i in 1..=n {
@@ -106,8 +105,9 @@ pub fn session_path(name: &str) -> Option<PathBuf> {
     (out.components().next().is_some()).then_some(out)
 }
 
-/// A stored file's base name: the runtime's, made safe and short.
-fn stored_basename(name: &str) -> String {
+/// A stored file's base name: the runtime's, made safe and short (at most
+/// [`MAX_BASENAME`] bytes, keeping the end: the extension).
+pub fn stored_basename(name: &str) -> String {
     let base = Path::new(name)
         .file_name()
         .map(|b| b.to_string_lossy().into_owned())
@@ -574,5 +574,8 @@ mod tests {
         assert_eq!(placeholder_lines(1), 64);
         assert_eq!(placeholder_lines(65), 128);
         assert_eq!(placeholder_lines(u32::MAX), MAX_PLACEHOLDER_LINES);
+        // A huge name cannot make a huge placeholder.
+        let huge = placeholder(&"x".repeat(1 << 20), MAX_PLACEHOLDER_LINES);
+        assert!(huge.len() < 25 << 20, "{}", huge.len());
     }
 }

@@ -188,14 +188,13 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
     // Every symtab gets a file GDB can open (GDB 10-14 crash on one they cannot).
     let named = {
         let mut namer = sources::namer();
+        // The first text given for each file (a payload may carry many).
+        let mut texts = std::collections::HashMap::with_capacity(records.sources.len());
+        for &(file, text) in &records.sources {
+            texts.entry(file).or_insert(text);
+        }
         plan.name_files(|name, max_line| {
-            let text = name.and_then(|n| {
-                records
-                    .sources
-                    .iter()
-                    .find(|(file, _)| *file == n)
-                    .map(|(_, text)| *text)
-            });
+            let text = name.and_then(|n| texts.get(n).copied());
             namer.name(&sources::FileRequest {
                 name,
                 text,

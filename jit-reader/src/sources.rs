@@ -27,7 +27,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use jit_interface::source_cache::{
     content_hash, link_in_session, memory_file, openable, placeholder, placeholder_lines,
-    session_path, Linked, SourceCache, NO_LINES_NAME, NO_LINES_TEXT,
+    session_path, stored_basename, Linked, SourceCache, NO_LINES_NAME, NO_LINES_TEXT,
 };
 
 use crate::report::{self, debug};
@@ -271,9 +271,8 @@ impl Namer {
         if let Some(p) = self.in_memory.get(&hash) {
             return p.clone();
         }
-        let base = Path::new(name)
-            .file_name()
-            .map_or_else(|| "source".into(), |b| b.to_string_lossy());
+        // memfd names are short (249 bytes): the stored base name is at most 128.
+        let base = stored_basename(name);
         let (key, made) = if self.in_memory.len() < MAX_IN_MEMORY {
             (hash.clone(), memory_file(&format!("{hash}/{base}"), bytes))
         } else {

@@ -105,32 +105,31 @@ impl Plan {
         mut name_of: impl FnMut(Option<&str>, u32) -> String,
     ) -> Result<(), String> {
         // The highest line of each file over all its symtabs (runs of one file share its
-        // name, so one placeholder must cover them all).
-        let mut files: Vec<(Option<usize>, u32, Option<usize>)> = Vec::new();
+        // name, so one placeholder must cover them all). A payload may name as many files
+        // as it has functions: found through a map, not by scanning.
+        let mut files: Vec<(Option<usize>, u32, usize)> = Vec::new();
+        let mut file_of: BTreeMap<Option<usize>, usize> = BTreeMap::new();
         for st in &self.symtabs {
             let max_line = self.lines[st.lines.clone()]
                 .iter()
                 .map(|l| l.line.max(0) as u32)
                 .max()
                 .unwrap_or(0);
-            match files.iter_mut().rev().find(|f| f.0 == st.file) {
-                Some(f) => f.1 = f.1.max(max_line),
-                None => files.push((st.file, max_line, None)),
-            }
+            let k = *file_of.entry(st.file).or_insert_with(|| {
+                files.push((st.file, 0, 0));
+                files.len() - 1
+            });
+            files[k].1 = files[k].1.max(max_line);
         }
         for f in &mut files {
             let name = {
                 let runtime = f.0.map(|o| self.str_at(o).to_string_lossy().into_owned());
                 name_of(runtime.as_deref(), f.1)
             };
-            f.2 = Some(self.push_str("the source file name", &name)?);
+            f.2 = self.push_str("the source file name", &name)?;
         }
         for st in &mut self.symtabs {
-            st.file = files
-                .iter()
-                .rev()
-                .find(|f| f.0 == st.file)
-                .and_then(|f| f.2);
+            st.file = file_of.get(&st.file).map(|&k| files[k].2);
         }
         Ok(())
     }
@@ -537,6 +536,49 @@ mod tests {
         assert_eq!(lines_of(&p, 2), [(0x2000, 1), (0x2004, 2), (0x2010, 0)]);
         assert!(p.symtabs[0].lines.is_empty());
         assert_eq!(names(&p, 0), ["d"]);
+    }
+
+    #[test]
+    fn files_are_named_once_with_the_highest_line_of_all_their_symtabs() {
+        let mut o = JitObject::new();
+        // x.js in two runs (a gap between them), y.js, and a function without lines; then
+        // many files of one function each (named through a map, not a scan).
+        for (i, (file, line)) in [("x.js", 3), ("y.js", 9), ("x.js", 40)].iter().enumerate() {
+            let f = o
+                .add_function(&format!("f{i}"), 0x1000 * (i as u64 + 1), 0x10)
+                .unwrap();
+            o.set_lines(f, file, &rows(&[(0, *line)])).unwrap();
+        }
+        o.add_function("none", 0x9000, 0x10).unwrap();
+        for i in 0..5_000u64 {
+            let f = o
+                .add_function(&format!("g{i}"), 0x10_0000 + i * 0x20, 0x10)
+                .unwrap();
+            o.set_lines(f, &format!("g{i}.js"), &rows(&[(0, 1)]))
+                .unwrap();
+        }
+        let mut p = plan(&one(o)).unwrap();
+        let mut asked = Vec::new();
+        p.name_files(|name, max| {
+            asked.push((name.map(str::to_string), max));
+            format!("<{}>", name.unwrap_or("-"))
+        })
+        .unwrap();
+        assert_eq!(asked.len(), 3 + 5_000);
+        assert!(asked.contains(&(Some("x.js".into()), 40)));
+        assert!(asked.contains(&(Some("y.js".into()), 9)));
+        assert!(asked.contains(&(None, 0)));
+        for (i, st) in p.symtabs.iter().enumerate() {
+            let shown = p.str_at(st.file.unwrap()).to_str().unwrap();
+            let first = names(&p, i)[0];
+            let want = match first {
+                "f0" | "f2" => "<x.js>".to_string(),
+                "f1" => "<y.js>".to_string(),
+                "none" => "<->".to_string(),
+                g => format!("<{g}.js>"),
+            };
+            assert_eq!(shown, want, "symtab of {first}");
+        }
     }
 
     #[test]
