@@ -1,7 +1,9 @@
 //! Decoding any payload a process registered with GDB (compact records or a minimal ELF with
 //! DWARF, ours or another runtime's) into what a symbolizer needs: function names, address
 //! ranges, source files and line rows, and the source texts a runtime registered
-//! ([`payload_sources`]). Used where no GDB runs (the core inspector) and by the GDB reader
+//! ([`payload_sources`]); walking GDB's entry list in another process's memory through a
+//! [`Memory`] ([`walk_list`], with liveness applied to every payload); resolving addresses
+//! with the project's one overlap rule ([`Symbolizer`]: the newest registration wins). Used where no GDB runs (the core inspector) and by the GDB reader
 //! plugin to serve the GDB scripts (as JSON, [`payload_json`]).
 //!
 //! The bytes come from another process's memory or from a core file of another machine:
@@ -12,8 +14,11 @@
 
 mod elf;
 mod json;
+mod list;
 mod symbolize;
 
+#[cfg(test)]
+mod list_tests;
 #[cfg(test)]
 mod tests;
 
@@ -22,7 +27,14 @@ use std::fmt;
 use crate::format::{self, DecodeError, LiveCheck};
 use crate::model::Arch;
 
-pub use json::{json_string, payload_info_json, payload_json};
+pub use json::{
+    entry_json, json_string, list_json, payload_info_json, payload_json, read_entry_json,
+    walk_list_json,
+};
+pub use list::{
+    read_descriptor, read_entry, walk_list, Descriptor, EntryError, Limits, ListEntry, ListProblem,
+    ListReport, Memory, DESCRIPTOR_SIZE, ENTRY_SIZE,
+};
 pub use symbolize::{Symbol, Symbolizer};
 
 /// Which of the two payload kinds a payload is.

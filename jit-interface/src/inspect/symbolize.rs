@@ -1,10 +1,20 @@
 //! Address to function, offset and line: built once, then each lookup is two binary searches
 //! (function, then line row).
 //!
+//! # The overlap rule
+//!
 //! Functions from different entries or bundle objects may overlap (a runtime that reuses
-//! code memory, or a core holding stale entries). The symbolizer flattens them into disjoint
-//! segments first: where two functions overlap, the one that starts later owns the overlap
-//! (the innermost, like a nested range), and the outer one owns what is left on either side.
+//! code memory, or a core holding stale entries). Every consumer of the project resolves
+//! such addresses the same way: **the most recently registered function owns the addresses
+//! it covers; an older function keeps only the addresses no newer one covers** (possibly in
+//! pieces on either side). It is what a process that reuses code memory means: the newest
+//! registration describes the code now there. The GDB reader's index applies it as
+//! registrations arrive; here the functions come in registration order, oldest first
+//! ([`super::ListReport::functions_oldest_first`]: entries from the tail of GDB's list to
+//! its head, each payload in payload order), and a function later in the slice is newer.
+//! `docs/DESIGN.md` ("Reading the entry list") says the same for users.
+
+use std::collections::BinaryHeap;
 
 use super::FunctionInfo;
 
@@ -61,59 +71,59 @@ pub struct Symbolizer {
 
 impl Symbolizer {
     /// Builds the lookup structure: O(n log n) in functions plus linear in line rows.
-    /// Functions of size 0 cover no address.
+    /// `functions` are in registration order, oldest first: where they overlap, the later
+    /// one owns the shared addresses (see the module's overlap rule). Functions of size 0
+    /// cover no address.
     pub fn new(functions: Vec<FunctionInfo>) -> Symbolizer {
         let mut order: Vec<usize> = (0..functions.len())
             .filter(|&i| functions[i].size > 0)
             .collect();
-        // Outer before inner at one start address, so the inner one ends up on top.
-        order.sort_by(|&a, &b| {
-            let (fa, fb) = (&functions[a], &functions[b]);
-            fa.start
-                .cmp(&fb.start)
-                .then(fb.end().cmp(&fa.end()))
-                .then(a.cmp(&b))
-        });
+        order.sort_by_key(|&i| functions[i].start);
+        // Every start and end: between two consecutive ones, the set of covering functions
+        // does not change, and its newest member owns the addresses.
+        let mut bounds: Vec<u64> = order
+            .iter()
+            .flat_map(|&i| [functions[i].start, functions[i].end()])
+            .collect();
+        bounds.sort_unstable();
+        bounds.dedup();
         let mut s = Symbolizer {
             starts: Vec::with_capacity(order.len()),
             segments: Vec::with_capacity(order.len()),
             rows: Vec::new(),
             functions: Vec::new(),
         };
-        // Open functions, innermost on top; `cur` is where the top one's ownership begins.
-        let mut stack: Vec<usize> = Vec::new();
-        let mut cur = 0u64;
-        for &i in &order {
-            let start = functions[i].start;
-            s.close_until(&functions, &mut stack, &mut cur, start);
-            if let Some(&top) = stack.last() {
-                s.emit(&functions, cur, start, top);
+        // Covering functions, newest on top; ended ones leave lazily when they reach the top.
+        let mut open: BinaryHeap<usize> = BinaryHeap::new();
+        let mut next = 0;
+        // The run being built: [start, end) owned by one function.
+        let mut run: Option<(u64, u64, usize)> = None;
+        for (k, &at) in bounds.iter().enumerate() {
+            while next < order.len() && functions[order[next]].start <= at {
+                open.push(order[next]);
+                next += 1;
             }
-            cur = start;
-            stack.push(i);
+            while open.peek().is_some_and(|&top| functions[top].end() <= at) {
+                open.pop();
+            }
+            let (Some(&owner), Some(&upto)) = (open.peek(), bounds.get(k + 1)) else {
+                continue;
+            };
+            match &mut run {
+                Some((_, end, o)) if *o == owner && *end == at => *end = upto,
+                _ => {
+                    if let Some((a, b, o)) = run.take() {
+                        s.emit(&functions, a, b, o);
+                    }
+                    run = Some((at, upto, owner));
+                }
+            }
         }
-        s.close_until(&functions, &mut stack, &mut cur, u64::MAX);
+        if let Some((a, b, o)) = run {
+            s.emit(&functions, a, b, o);
+        }
         s.functions = functions;
         s
-    }
-
-    /// Pops every open function that ends at or before `limit`, emitting what it still owns.
-    fn close_until(
-        &mut self,
-        functions: &[FunctionInfo],
-        stack: &mut Vec<usize>,
-        cur: &mut u64,
-        limit: u64,
-    ) {
-        while let Some(&top) = stack.last() {
-            let end = functions[top].end();
-            if end > limit {
-                break;
-            }
-            self.emit(functions, *cur, end, top);
-            *cur = (*cur).max(end);
-            stack.pop();
-        }
     }
 
     fn emit(&mut self, functions: &[FunctionInfo], start: u64, end: u64, owner: usize) {
@@ -153,6 +163,16 @@ impl Symbolizer {
     /// none overlap).
     pub fn segments(&self) -> usize {
         self.starts.len()
+    }
+
+    /// The disjoint address ranges in address order, `(start, end, owner)` with `owner` an
+    /// index into [`Symbolizer::functions`]: what each function owns under the overlap rule
+    /// (a function may own several pieces, or none).
+    pub fn ranges(&self) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        self.starts
+            .iter()
+            .zip(&self.segments)
+            .map(|(&start, seg)| (start, seg.end, seg.owner as usize))
     }
 
     /// The function containing `addr`, with the offset and line.

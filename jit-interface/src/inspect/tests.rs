@@ -284,30 +284,53 @@ fn symbolizer_lines_and_edges() {
 }
 
 #[test]
-fn symbolizer_overlaps_prefer_the_inner_function() {
+fn symbolizer_overlaps_belong_to_the_newest_function() {
+    // In registration order, oldest first.
     let fs = vec![
         func("outer", 100, 100),    // [100, 200)
-        func("inner", 120, 10),     // [120, 130)
-        func("partial", 190, 20),   // [190, 210)
-        func("same_start", 100, 5), // [100, 105)
+        func("inner", 120, 10),     // [120, 130), newer than outer
+        func("partial", 190, 20),   // [190, 210), newer than outer
+        func("same_start", 100, 5), // [100, 105), newer than outer
         func("empty", 300, 0),
+        func("old_inner", 150, 10), // [150, 160), registered before...
+        func("cover", 140, 30),     // [140, 170), ...this newer one, which hides it
+        func("stale", 125, 70),     // [125, 195), the newest of all
     ];
     let s = Symbolizer::new(fs);
     let name = |a| s.lookup(a).map(|h| h.function.name.as_str());
     assert_eq!(name(99), None);
     assert_eq!(name(100), Some("same_start"));
     assert_eq!(name(105), Some("outer"));
-    assert_eq!(name(125), Some("inner"));
-    assert_eq!(name(130), Some("outer"));
-    assert_eq!(name(189), Some("outer"));
+    assert_eq!(name(120), Some("inner"));
+    assert_eq!(name(125), Some("stale"));
+    assert_eq!(name(155), Some("stale"));
+    assert_eq!(name(194), Some("stale"));
     assert_eq!(name(195), Some("partial"));
     assert_eq!(name(205), Some("partial"));
     assert_eq!(name(210), None);
     assert_eq!(name(300), None);
+    // The older function keeps its own start for the offset of the pieces it keeps.
+    let hit = s.lookup(105).unwrap();
+    assert_eq!(hit.offset, 5);
+    // old_inner and cover own nothing; outer keeps [105, 120); inner keeps [120, 125).
+    let owned: Vec<(u64, u64, &str)> = s
+        .ranges()
+        .map(|(a, b, o)| (a, b, s.functions()[o].name.as_str()))
+        .collect();
+    assert_eq!(
+        owned,
+        [
+            (100, 105, "same_start"),
+            (105, 120, "outer"),
+            (120, 125, "inner"),
+            (125, 195, "stale"),
+            (195, 210, "partial"),
+        ]
+    );
 }
 
-/// Against a brute-force search that applies the same rule (smallest containing function
-/// that starts last), on random overlapping sets.
+/// Against a brute-force search that applies the same rule (the newest containing
+/// function, i.e. the last in the slice), on random overlapping sets.
 #[test]
 fn symbolizer_matches_brute_force() {
     let mut seed = 42u64;
@@ -332,19 +355,11 @@ fn symbolizer_matches_brute_force() {
             .collect();
         let s = Symbolizer::new(fs.clone());
         for addr in 0..1100u64 {
-            // The rule: among containing functions, the latest start; at equal starts the
-            // one ending first; then the lowest index.
             let want = fs
                 .iter()
-                .enumerate()
-                .filter(|(_, f)| f.contains(addr))
-                .max_by(|(ia, a), (ib, b)| {
-                    a.start
-                        .cmp(&b.start)
-                        .then(b.end().cmp(&a.end()))
-                        .then(ib.cmp(ia))
-                })
-                .map(|(_, f)| f.name.as_str());
+                .rev()
+                .find(|f| f.contains(addr))
+                .map(|f| f.name.as_str());
             let hit = s.lookup(addr);
             let got = hit.map(|h| h.function.name.as_str());
             assert_eq!(got, want, "addr {addr}");
@@ -352,6 +367,16 @@ fn symbolizer_matches_brute_force() {
                 assert_eq!(h.line, h.function.line_at(addr), "line at {addr}");
                 assert_eq!(h.offset, addr - h.function.start);
             }
+        }
+        // The ranges are disjoint, in address order, and agree with the lookups.
+        let ranges: Vec<(u64, u64, usize)> = s.ranges().collect();
+        for w in ranges.windows(2) {
+            assert!(w[0].1 <= w[1].0, "{w:?}");
+        }
+        for &(a, b, o) in &ranges {
+            assert!(a < b);
+            assert_eq!(s.lookup(a).unwrap().function, &s.functions()[o]);
+            assert_eq!(s.lookup(b - 1).unwrap().function, &s.functions()[o]);
         }
     }
 }
