@@ -1,23 +1,28 @@
 //! `jit-gdb inspect CORE --exe PROGRAM`: the JIT functions a core file holds, without a
 //! debugger. Reads the core's memory (PT_LOAD segments) and mappings (NT_FILE, NT_AUXV),
 //! finds `__jit_debug_descriptor` in PROGRAM's symbols and relocates it by PROGRAM's load
-//! address in the core, walks the entry list in the core's memory and decodes each payload
-//! with `jit_interface::inspect` (compact records or ELF).
+//! address in the core, then walks the entry list in the core's memory with
+//! `jit_interface::inspect::walk_list` (which decodes each payload, compact records or ELF,
+//! and drops unregistered objects).
 //!
 //! The core may come from another machine, be truncated or hold damaged entries: every read
 //! is checked against the segment and the file, the list walk is bounded (cycle detection,
 //! caps on entries and sizes), and what can be read is reported next to what could not.
+//! Addresses that several functions claim belong to the newest registration (the overlap
+//! rule of `jit_interface::inspect::Symbolizer`), for `--symbolize` and the exports alike.
 //!
 //! Exit status: 0 everything was read; 3 a report was printed but some of it could not be
 //! read (truncated core, damaged entry or payload: the problems are listed); 1 nothing could
 //! be read (unreadable files, no descriptor); 2 usage error.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
-use jit_interface::inspect::{decode_payload, FunctionInfo, PayloadInfo, Symbolizer};
+use jit_interface::inspect::{
+    walk_list, FunctionInfo, Limits, ListEntry, ListProblem, ListReport, Memory, Symbolizer,
+};
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{elf, Object, ObjectSymbol};
 
@@ -25,14 +30,6 @@ use crate::cli::UsageError;
 
 /// Exit status when a report was printed but parts of the core could not be read.
 pub const EXIT_PARTIAL: i32 = 3;
-
-/// Most entries walked: far more than any runtime registers, small enough to bound the time
-/// a corrupt list can take.
-const MAX_ENTRIES: usize = 1 << 22;
-/// Largest payload read from the core.
-const MAX_PAYLOAD: u64 = 256 << 20;
-/// Most payload bytes read in total.
-const MAX_TOTAL_PAYLOAD: u64 = 2 << 30;
 
 /// What `inspect` does.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,7 +288,9 @@ impl<'a> Core<'a> {
             });
         }
     }
+}
 
+impl Memory for Core<'_> {
     /// `len` bytes of the process's memory at `addr`.
     fn read(&self, addr: u64, len: u64) -> Result<Vec<u8>, String> {
         let mut out = Vec::new();
@@ -435,35 +434,30 @@ fn load_bias(core: &Core<'_>, prog: &Program, exe: &Path) -> Result<(u64, String
 // ---------------------------------------------------------------------------------------
 // The entry list
 
-struct Entry {
-    addr: u64,
-    payload_addr: u64,
-    payload_size: u64,
-    result: Result<PayloadInfo, String>,
-}
-
 struct Report {
     descriptor: u64,
     bias: u64,
     bias_how: String,
-    header: String,
-    entries: Vec<Entry>,
+    list: ListReport,
     /// Problems outside any one payload (core headers, the list itself).
     problems: Vec<String>,
 }
 
 impl Report {
-    fn functions(&self) -> impl Iterator<Item = &FunctionInfo> {
-        self.entries
-            .iter()
-            .filter_map(|e| e.result.as_ref().ok())
-            .flat_map(|p| &p.functions)
+    fn entries(&self) -> &[ListEntry] {
+        &self.list.entries
+    }
+
+    /// The symbolizer of every function, with the newest registration owning shared
+    /// addresses.
+    fn symbolizer(&self) -> Symbolizer {
+        Symbolizer::new(self.list.functions_oldest_first().cloned().collect())
     }
 
     /// Every problem, the payloads' included, as lines.
     fn all_problems(&self) -> Vec<String> {
         let mut out = self.problems.clone();
-        for (i, e) in self.entries.iter().enumerate() {
+        for (i, e) in self.entries().iter().enumerate() {
             match &e.result {
                 Err(why) => out.push(format!("entry {i} at {:#x}: {why}", e.addr)),
                 Ok(p) => out.extend(
@@ -477,94 +471,14 @@ impl Report {
     }
 }
 
-fn walk(core: &Core<'_>, descriptor: u64) -> Result<(String, Vec<Entry>, Vec<String>), String> {
-    let d = core
-        .read(descriptor, 24)
-        .map_err(|e| format!("cannot read __jit_debug_descriptor at {descriptor:#x}: {e}"))?;
-    let version = u32::from_le_bytes([d[0], d[1], d[2], d[3]]);
-    let action = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
-    let relevant = u64_at(&d, 8).unwrap_or(0);
-    let first = u64_at(&d, 16).unwrap_or(0);
-    let header = format!(
-        "__jit_debug_descriptor at {descriptor:#x}: version {version}, action_flag {action}, relevant_entry {relevant:#x}, first_entry {first:#x}"
-    );
-    let mut problems = Vec::new();
-    if version != 1 {
-        problems.push(format!(
+/// A list problem as `inspect` words it: a bad version most likely means the wrong --exe.
+fn list_problem(p: &ListProblem) -> String {
+    match p {
+        ListProblem::Version { version } => format!(
             "the descriptor's version is {version}, not 1: is --exe the program that dumped this core? (GDB ignores such a descriptor)"
-        ));
+        ),
+        p => p.to_string(),
     }
-    let mut entries = Vec::new();
-    let mut seen = HashSet::new();
-    let mut total = 0u64;
-    let (mut at, mut prev) = (first, 0u64);
-    while at != 0 {
-        if entries.len() >= MAX_ENTRIES {
-            problems.push(format!(
-                "stopped after {MAX_ENTRIES} entries: the list is longer than any runtime makes (damaged?)"
-            ));
-            break;
-        }
-        if !seen.insert(at) {
-            problems.push(format!(
-                "the entry list loops: entry {} points back to {at:#x}; stopped there",
-                entries.len().saturating_sub(1)
-            ));
-            break;
-        }
-        let raw = match core.read(at, 32) {
-            Ok(r) => r,
-            Err(e) => {
-                problems.push(format!(
-                    "entry {} at {at:#x} cannot be read: {e}; the list ends here",
-                    entries.len()
-                ));
-                break;
-            }
-        };
-        let (next, back, addr, size) = (
-            u64_at(&raw, 0).unwrap_or(0),
-            u64_at(&raw, 8).unwrap_or(0),
-            u64_at(&raw, 16).unwrap_or(0),
-            u64_at(&raw, 24).unwrap_or(0),
-        );
-        if back != prev {
-            problems.push(format!(
-                "entry {} at {at:#x}: prev is {back:#x}, expected {prev:#x} (list damaged or caught mid-update)",
-                entries.len()
-            ));
-        }
-        let result = if size > MAX_PAYLOAD {
-            Err(format!(
-                "payload size {size} at {addr:#x} is over the {MAX_PAYLOAD}-byte limit (damaged entry?)"
-            ))
-        } else if total.saturating_add(size) > MAX_TOTAL_PAYLOAD {
-            Err(format!(
-                "payloads exceed {MAX_TOTAL_PAYLOAD} bytes in total; not read"
-            ))
-        } else {
-            total += size;
-            core.read(addr, size)
-                .map_err(|e| format!("payload of {size} bytes at {addr:#x}: {e}"))
-                .and_then(|bytes| decode_payload(&bytes).map_err(|e| e.to_string()))
-                .map(|mut info| {
-                    info.drop_unregistered(|slot| {
-                        let b = core.read(slot, 8).ok()?;
-                        Some(u64::from_le_bytes(b.try_into().ok()?))
-                    });
-                    info
-                })
-        };
-        entries.push(Entry {
-            addr: at,
-            payload_addr: addr,
-            payload_size: size,
-            result,
-        });
-        prev = at;
-        at = next;
-    }
-    Ok((header, entries, problems))
 }
 
 fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
@@ -577,15 +491,14 @@ fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
     let prog = program(&exe_data).map_err(|e| format!("{}: {e}", exe.display()))?;
     let (bias, bias_how) = load_bias(&core, &prog, exe)?;
     let descriptor = prog.descriptor.wrapping_add(bias);
-    let (header, entries, list_problems) = walk(&core, descriptor)?;
+    let list = walk_list(&core, descriptor, &Limits::default())?;
     let mut problems = core.problems.clone();
-    problems.extend(list_problems);
+    problems.extend(list.problems.iter().map(list_problem));
     Ok(Report {
         descriptor,
         bias,
         bias_how,
-        header,
-        entries,
+        list,
         problems,
     })
 }
@@ -630,7 +543,7 @@ impl<'r> SourceLines<'r> {
             split: HashMap::new(),
             disk: HashMap::new(),
         };
-        for (e, entry) in report.entries.iter().enumerate() {
+        for (e, entry) in report.entries().iter().enumerate() {
             let Ok(p) = &entry.result else { continue };
             for f in &p.functions {
                 lines.owner.insert(f.start, (e, f.object));
@@ -721,9 +634,9 @@ fn list(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
         "program load bias {:#x} ({}); descriptor at {:#x}",
         report.bias, report.bias_how, report.descriptor
     )?;
-    writeln!(out, "{}", report.header)?;
+    writeln!(out, "{}", report.list.descriptor)?;
     let mut functions = 0;
-    for (i, e) in report.entries.iter().enumerate() {
+    for (i, e) in report.entries().iter().enumerate() {
         write!(
             out,
             "entry {i} at {:#x}: payload {:#x}, {} bytes: ",
@@ -770,18 +683,25 @@ fn list(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
         "{} entries, {functions} functions, {errors} problems",
-        report.entries.len()
+        report.entries().len()
     )
 }
 
-/// The functions sorted by address, without overlaps (the first of overlapping functions
-/// wins); the skipped ones are returned as messages.
-fn disjoint(report: &Report) -> (Vec<&FunctionInfo>, Vec<String>) {
-    let mut all: Vec<&FunctionInfo> = report.functions().collect();
-    all.sort_by_key(|f| f.start);
-    let mut kept: Vec<&FunctionInfo> = Vec::with_capacity(all.len());
+/// What the exports write: the address ranges each function owns under the overlap rule (a
+/// function partly covered by a newer one keeps the rest, possibly in pieces), in address
+/// order, with a message for every function of no size or not written whole.
+fn owned_ranges(report: &Report) -> (Symbolizer, Vec<String>) {
+    let s = report.symbolizer();
+    let ranges: Vec<(u64, u64, usize)> = s.ranges().collect();
+    let mut owned = vec![0u64; s.functions().len()];
+    for &(a, b, o) in &ranges {
+        owned[o] += b - a;
+    }
     let mut skipped = Vec::new();
-    for f in all {
+    let mut sorted: Vec<usize> = (0..s.functions().len()).collect();
+    sorted.sort_by_key(|&i| s.functions()[i].start);
+    for i in sorted {
+        let f = &s.functions()[i];
         if f.size == 0 {
             skipped.push(format!(
                 "`{}` at {:#x} has no size: left out",
@@ -789,33 +709,54 @@ fn disjoint(report: &Report) -> (Vec<&FunctionInfo>, Vec<String>) {
             ));
             continue;
         }
-        match kept.last() {
-            Some(k) if f.start < k.end() => skipped.push(format!(
-                "`{}` at {:#x} overlaps `{}` at {:#x}: left out",
-                f.name, f.start, k.name, k.start
-            )),
-            _ => kept.push(f),
+        if owned[i] == f.size {
+            continue;
         }
+        // The first range inside the function that a newer one owns.
+        let k = ranges.partition_point(|&(_, b, _)| b <= f.start);
+        let Some(&(_, _, newer)) = ranges[k..]
+            .iter()
+            .take_while(|&&(a, _, _)| a < f.end())
+            .find(|&&(_, _, o)| o != i)
+        else {
+            continue;
+        };
+        let g = &s.functions()[newer];
+        skipped.push(format!(
+            "`{}` at {:#x} overlaps `{}` at {:#x}, registered later, which owns the shared addresses: {}",
+            f.name,
+            f.start,
+            g.name,
+            g.start,
+            if owned[i] == 0 {
+                "left out".to_string()
+            } else {
+                format!("{} of its {} bytes written", owned[i], f.size)
+            }
+        ));
     }
-    (kept, skipped)
+    (s, skipped)
 }
 
 fn perf_map(report: &Report, path: &Path) -> Result<Vec<String>, String> {
-    let (functions, skipped) = disjoint(report);
+    let (s, skipped) = owned_ranges(report);
     let mut text = String::new();
-    for f in &functions {
-        text.push_str(&format!("{:x} {:x} {}\n", f.start, f.size, f.name));
+    let mut n = 0;
+    for (a, b, o) in s.ranges() {
+        text.push_str(&format!("{a:x} {:x} {}\n", b - a, s.functions()[o].name));
+        n += 1;
     }
     std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    println!("wrote {} functions to {}", functions.len(), path.display());
+    println!("wrote {n} functions to {}", path.display());
     Ok(skipped)
 }
 
 fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
-    let (functions, mut skipped) = disjoint(report);
+    let (s, mut skipped) = owned_ranges(report);
     let mut obj = jit_interface::JitObject::new();
-    for f in &functions {
-        let id = match obj.add_function(&f.name, f.start, f.size) {
+    for (start, end, o) in s.ranges() {
+        let f = &s.functions()[o];
+        let id = match obj.add_function(&f.name, start, end - start) {
             Ok(id) => id,
             Err(e) => {
                 skipped.push(format!("`{}` left out: {e}", f.name));
@@ -823,12 +764,17 @@ fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
             }
         };
         if let Some(file) = &f.file {
-            let rows: Vec<jit_interface::LineRow> = f
-                .lines
-                .iter()
-                .filter(|&&(a, l)| f.contains(a) && l > 0)
-                .map(|&(a, line)| jit_interface::LineRow {
-                    offset: (a - f.start) as u32,
+            // A piece that starts inside a row begins with that row's line.
+            let carried = f
+                .line_at(start)
+                .filter(|_| !f.lines.iter().any(|&(a, _)| a == start));
+            let rows: Vec<jit_interface::LineRow> = carried
+                .map(|line| (start, line))
+                .into_iter()
+                .chain(f.lines.iter().copied())
+                .filter(|&(a, l)| a >= start && a < end && l > 0)
+                .map(|(a, line)| jit_interface::LineRow {
+                    offset: (a - start) as u32,
                     line,
                 })
                 .collect();
@@ -859,7 +805,7 @@ pub fn run(o: &Options) -> Result<i32, String> {
     match &o.action {
         Action::List => list(&report, &mut stdout.lock()).map_err(io)?,
         Action::Symbolize(addrs) => {
-            let s = Symbolizer::new(report.functions().cloned().collect());
+            let s = report.symbolizer();
             let mut sources = SourceLines::new(&report);
             let mut out = std::io::BufWriter::new(stdout.lock());
             if addrs.is_empty() {
@@ -930,13 +876,26 @@ mod tests {
             descriptor: 0,
             bias: 0,
             bias_how: String::new(),
-            header: String::new(),
-            entries: vec![Entry {
-                addr: 0x1000,
-                payload_addr: 0x2000,
-                payload_size: payload.len() as u64,
-                result: Ok(decode_payload(payload).unwrap()),
-            }],
+            list: ListReport {
+                descriptor: jit_interface::inspect::Descriptor {
+                    addr: 0,
+                    version: 1,
+                    action_flag: 0,
+                    relevant_entry: 0x1000,
+                    first_entry: 0x1000,
+                },
+                entries: vec![ListEntry {
+                    addr: 0x1000,
+                    next: 0,
+                    prev: 0,
+                    payload_addr: 0x2000,
+                    payload_size: payload.len() as u64,
+                    kind: None,
+                    result: Ok(jit_interface::inspect::decode_payload(payload).unwrap()),
+                    dropped: 0,
+                }],
+                problems: Vec::new(),
+            },
             problems: Vec::new(),
         }
     }
@@ -965,7 +924,7 @@ mod tests {
         let h = o.add_function("nowhere", 0x7020, 16).unwrap();
         o.set_lines(h, "/no/such/file.js", &rows(1, 2)).unwrap();
         let report = report_of(&jit_interface::format::encode(&o, None).unwrap());
-        let s = Symbolizer::new(report.functions().cloned().collect());
+        let s = report.symbolizer();
         let mut sources = SourceLines::new(&report);
         let mut sym = |a| symbolize_line(&s, &mut sources, a);
         // The carried text; the file on disk; neither: the line as it always was.

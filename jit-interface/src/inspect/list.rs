@@ -93,8 +93,8 @@ impl fmt::Display for Descriptor {
 pub enum EntryError {
     /// Size 0: the entry names no payload.
     Empty,
-    /// Over [`Limits::max_payload`].
-    TooLarge { size: u64, limit: u64 },
+    /// Over [`Limits::max_payload`] (`addr`: the payload's address).
+    TooLarge { addr: u64, size: u64, limit: u64 },
     /// The payloads read so far and this one exceed [`Limits::max_total_payload`].
     TotalTooLarge { limit: u64 },
     /// The payload's bytes cannot be read.
@@ -107,9 +107,9 @@ impl fmt::Display for EntryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             EntryError::Empty => write!(f, "payload size 0: the entry has no payload"),
-            EntryError::TooLarge { size, limit } => write!(
+            EntryError::TooLarge { addr, size, limit } => write!(
                 f,
-                "payload size {size} is over the {limit}-byte limit (damaged entry?)"
+                "payload size {size} at {addr:#x} is over the {limit}-byte limit (damaged entry?)"
             ),
             EntryError::TotalTooLarge { limit } => {
                 write!(f, "payloads exceed {limit} bytes in total; not read")
@@ -272,6 +272,7 @@ pub fn read_entry(
         Err(EntryError::Empty)
     } else if size > limits.max_payload {
         Err(EntryError::TooLarge {
+            addr: payload_addr,
             size,
             limit: limits.max_payload,
         })
