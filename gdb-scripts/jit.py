@@ -8,9 +8,12 @@
 # (`break jit_fn` says "Function not defined", `info functions` lists nothing) and has no
 # command that shows what a JIT registered. This extension reads the JIT descriptor
 # (`__jit_debug_descriptor`) straight from target memory, so it works on live processes
-# and on core files alike, and decodes every payload with the project's own codec in
-# libjitreader.so (`jitgdb_decode_payload_json`, called through ctypes): there is no second
-# decoder in Python.
+# and on core files alike. The project's own library in libjitreader.so does the work,
+# called through ctypes with a callback that reads the inferior's memory through GDB:
+# `jitgdb_walk_list_json` walks the entry list (bounded, cycle-safe), decodes every payload,
+# drops unregistered objects, and resolves overlapping functions with the project's one
+# rule (the newest registration owns shared addresses); `jitgdb_entry_json` reads one
+# entry. There is no second list walker, liveness check or decoder in Python.
 #
 # SPDX-License-Identifier: GPL-3.0-or-later
 
@@ -27,22 +30,24 @@ import gdb
 # GDB's `source` runs this file without setting __file__; the code object knows its path.
 _SCRIPT = os.path.realpath(sys._getframe().f_code.co_filename)
 
-# Layout of GDB's JIT interface (gdb/jit.h; version 1, 64-bit targets):
+# GDB's JIT descriptor (gdb/jit.h; version 1, 64-bit targets), read here only by the
+# registration hook, for the entry being registered:
 #   struct jit_descriptor { uint32_t version; uint32_t action_flag;
 #                           jit_code_entry *relevant_entry; jit_code_entry *first_entry; };
-#   struct jit_code_entry { jit_code_entry *next, *prev; const char *symfile_addr;
-#                           uint64_t symfile_size; };
 _DESCRIPTOR = struct.Struct("<IIQQ")
-_ENTRY = struct.Struct("<QQQQ")
 _JIT_REGISTER = 1
+
+# int read(void *ctx, uint64_t addr, void *buf, size_t len): 0 when buf holds the bytes.
+_READ_FN = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t
+)
 
 _READER_FILE = "libjitreader.so"
 _ENV_READER = "JIT_GDB_READER"
 
-# A list longer than this, or a payload bigger than this, is treated as damage (a core file
-# may hold garbage): the walk stops with an error instead of running for ever.
+# A list longer than this is treated as damage (a core file may hold garbage): the walk
+# stops with an error instead of running for ever. (The library bounds payload sizes.)
 _DEFAULT_MAX_ENTRIES = 1000000
-_MAX_PAYLOAD = 256 << 20
 
 
 class JitError(gdb.GdbError):
@@ -131,7 +136,6 @@ class _Decoder:
     def forget(cls):
         cls._lib = None
         cls._path = None
-        _cache.clear()
 
     @classmethod
     def _candidates(cls):
@@ -187,12 +191,16 @@ class _Decoder:
                 continue
             try:
                 lib = ctypes.CDLL(path)
-                fn = lib.jitgdb_decode_payload_json
+                walk = lib.jitgdb_walk_list_json
+                entry = lib.jitgdb_entry_json
             except (OSError, AttributeError) as e:
+                # AttributeError: a reader built before the list walker was exported.
                 tried.append("%s (%s): %s" % (path, how, e))
                 continue
-            fn.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_size_t)]
-            fn.restype = ctypes.c_void_p
+            walk.argtypes = [_READ_FN, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64]
+            walk.restype = ctypes.c_void_p
+            entry.argtypes = [_READ_FN, ctypes.c_void_p, ctypes.c_uint64]
+            entry.restype = ctypes.c_void_p
             lib.jitgdb_free_string.argtypes = [ctypes.c_void_p]
             lib.jitgdb_free_string.restype = None
             cls._lib, cls._path = lib, path
@@ -204,24 +212,53 @@ class _Decoder:
         )
 
     @classmethod
-    def decode(cls, data):
-        """The decoded payload as a dict: {"kind": ...} or {"error": ...}."""
-        lib = cls.lib()
-        n = ctypes.c_size_t(0)
-        ptr = lib.jitgdb_decode_payload_json(data, len(data), ctypes.byref(n))
+    def _call(cls, fn, *args):
+        """Calls one of the reader's JSON exports with a reader of the inferior's memory;
+        returns (the parsed JSON object, the GDB read errors by (address, size))."""
+        errors = {}
+        inf = gdb.selected_inferior()
+
+        def read(_ctx, addr, buf, n):
+            # Never raise into ctypes (it would print a traceback and report success).
+            try:
+                data = bytes(inf.read_memory(addr, n))
+            except gdb.MemoryError as e:
+                errors[(addr, n)] = " (%d bytes): %s" % (n, e)
+                return -1
+            except gdb.error as e:
+                errors[(addr, n)] = ": %s" % e
+                return -1
+            except Exception as e:
+                errors[(addr, n)] = " (%d bytes): %s" % (n, e)
+                return -1
+            ctypes.memmove(buf, data, n)
+            return 0
+
+        callback = _READ_FN(read)
+        ptr = fn(callback, None, *args)
         if not ptr:
-            return {"error": "the decoder refused its arguments"}
+            raise JitError("the reader library refused its arguments")
         try:
-            text = ctypes.string_at(ptr, n.value).decode("utf-8", "replace")
+            text = ctypes.string_at(ptr).decode("utf-8", "replace")
         finally:
-            lib.jitgdb_free_string(ptr)
+            cls.lib().jitgdb_free_string(ptr)
         try:
             doc = json.loads(text)
         except ValueError as e:
-            return {"error": "the decoder returned malformed JSON (%s)" % e}
+            raise JitError("the reader library returned malformed JSON (%s)" % e)
         if not isinstance(doc, dict):
-            return {"error": "the decoder returned JSON that is not an object"}
-        return doc
+            raise JitError("the reader library returned JSON that is not an object")
+        return doc, errors
+
+    @classmethod
+    def walk(cls, descriptor, max_entries):
+        """The walk of the entry list (jit_interface::inspect::list_json), and read errors."""
+        return cls._call(cls.lib().jitgdb_walk_list_json, descriptor, max_entries)
+
+    @classmethod
+    def entry(cls, address):
+        """One entry ({"entry": ...} or {"error": ...}), and read errors."""
+        return cls._call(cls.lib().jitgdb_entry_json, address)
 
 
 # ---------------------------------------------------------------------------------------
@@ -229,9 +266,9 @@ class _Decoder:
 
 
 class JitFunction:
-    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry", "live")
+    __slots__ = ("name", "start", "size", "file", "lines", "kind", "entry")
 
-    def __init__(self, name, start, size, file, lines, kind, entry, live=None):
+    def __init__(self, name, start, size, file, lines, kind, entry):
         self.name = name
         self.start = start
         self.size = size
@@ -241,8 +278,6 @@ class JitFunction:
         self.lines = lines
         self.kind = kind
         self.entry = entry
-        # (slot address, key) of the object's live check, or None.
-        self.live = live
 
     @property
     def end(self):
@@ -275,14 +310,6 @@ class JitEntry:
         self.problems = []
 
 
-def _payload_kind(data):
-    if data[:4] == b"\x7fELF":
-        return "elf"
-    if data[:4] == b"JGCR":
-        return "compact"
-    return "unknown"
-
-
 def _int(v, what):
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
         raise ValueError("%s is not a non-negative integer" % what)
@@ -290,22 +317,14 @@ def _int(v, what):
 
 
 def _functions_of(doc, entry):
-    """JitFunctions from a decoded payload. The JSON shape is the one of
-    `jit_interface::inspect::payload_json`:
+    """JitFunctions from a decoded payload (unregistered objects already left out by the
+    library). The JSON shape is the one of `jit_interface::inspect::payload_json`:
       {"kind": "compact"|"elf", "arch": ..., "objects": [{"live": ...}, ...],
        "functions": [{"name", "start", "size", "file", "lines": [[ADDR, LINE], ...],
                       "object"}, ...],
        "problems": [TEXT, ...]}"""
     out = []
     kind, address = entry.kind, entry.address
-    lives = []
-    for o in doc.get("objects") or []:
-        live = o.get("live") if isinstance(o, dict) else None
-        if isinstance(live, dict):
-            lives.append((_int(live.get("address"), "a live slot address"),
-                          _int(live.get("key"), "a live key")))
-        else:
-            lives.append(None)
     for f in doc.get("functions") or []:
         name = f.get("name")
         if not isinstance(name, str):
@@ -316,31 +335,8 @@ def _functions_of(doc, entry):
         if not isinstance(lines, list):
             raise ValueError("the line rows of %s are not a list" % name)
         file = f.get("file")
-        obj = f.get("object")
-        live = lives[obj] if isinstance(obj, int) and 0 <= obj < len(lives) else None
         out.append(JitFunction(name, start, size, file if isinstance(file, str) else None,
-                               lines, kind, address, live))
-    return out
-
-
-def _live_only(funcs):
-    """Drops the functions of unregistered objects: the runtime may unregister an object by
-    clearing its live slot and leave its record in the payload (docs/FORMAT.md, "The live
-    check"). An unreadable slot (absent from a core file) counts as live."""
-    state = {}
-    out = []
-    for f in funcs:
-        if f.live is not None:
-            if f.live not in state:
-                addr, key = f.live
-                try:
-                    slot = struct.unpack("<Q", _read(addr, 8, "a live slot"))[0]
-                    state[f.live] = slot == key
-                except JitError:
-                    state[f.live] = True
-            if not state[f.live]:
-                continue
-        out.append(f)
+                               lines, kind, address))
     return out
 
 
@@ -352,6 +348,11 @@ def deferred_functions(entry, doc):
     returns nothing; when the format or the inspect JSON gains them, turn them into
     JitFunction objects here (with size 0 until compiled) and every command shows them."""
     return []
+
+
+def _read_error(errors, what, addr, size):
+    """`cannot read WHAT at ADDR ...` with GDB's own reason, as the read callback saw it."""
+    return "cannot read %s at 0x%x%s" % (what, addr, errors.get((addr, size), " (%d bytes)" % size))
 
 
 def _read(addr, size, what):
@@ -395,85 +396,107 @@ def read_descriptor():
     return addr, version, action, relevant, first
 
 
-def scan_entry(address):
-    """Reads and decodes one jit_code_entry: (JitEntry, next pointer, [JitFunction])."""
-    nxt, _prev, payload, size = _ENTRY.unpack(_read(address, _ENTRY.size, "jit_code_entry"))
-    entry = JitEntry(address, payload, size)
-    funcs = []
-    if size == 0 or size > _MAX_PAYLOAD:
-        entry.error = "implausible payload size %d" % size
-        return entry, nxt, funcs
-    try:
-        data = _read(payload, size, "the payload of entry 0x%x" % address)
-    except JitError as e:
-        entry.error = str(e)[len("jit: "):]
-        return entry, nxt, funcs
-    entry.kind = _payload_kind(data)
-    cached = _cache.get((address, payload, size))
-    if cached is not None and cached[0] == data:
-        _, entry.kind, entry.error, entry.problems, funcs = cached
-        return entry, nxt, _live_only(funcs)
-    funcs = _decode(entry, data)
-    if len(_cache) >= _CACHE_MAX:
-        _cache.clear()
-    _cache[(address, payload, size)] = (data, entry.kind, entry.error, entry.problems, funcs)
-    return entry, nxt, _live_only(funcs)
-
-
-# Decoded payloads by (entry, payload address, size), kept with the bytes they came from: a
-# later command re-reads the bytes (one memory read) and decodes again only if they differ.
-_cache = {}
-_CACHE_MAX = 4096
-
-
-def _decode(entry, data):
-    """The functions of one payload; sets entry.kind, .error and .problems."""
-    doc = _Decoder.decode(data)
-    if "error" in doc:
-        entry.error = str(doc["error"])
-        return []
-    if isinstance(doc.get("kind"), str):
-        entry.kind = doc["kind"]
+def _entry_of(e, errors):
+    """A JitEntry and its JitFunctions from one entry of the library's JSON (the shape of
+    `jit_interface::inspect::entry_json`)."""
+    entry = JitEntry(_int(e.get("address"), "an entry address"),
+                     _int(e.get("payload_address"), "a payload address"),
+                     _int(e.get("payload_size"), "a payload size"))
+    err = e.get("error")
+    if isinstance(err, dict):
+        why = err.get("kind")
+        if why in ("empty", "too_large"):
+            entry.error = "implausible payload size %d" % entry.payload_size
+        elif why == "unreadable":
+            entry.error = _read_error(errors, "the payload of entry 0x%x" % entry.address,
+                                      entry.payload_addr, entry.payload_size)
+        else:
+            if why == "decode":
+                entry.kind = e.get("kind") or "unknown"
+            entry.error = str(err.get("message"))
+        return entry, []
+    doc = e.get("payload")
+    if not isinstance(doc, dict):
+        entry.error = "unexpected reader output: an entry without payload or error"
+        return entry, []
+    entry.kind = doc["kind"] if isinstance(doc.get("kind"), str) else "unknown"
     entry.problems = [str(p) for p in doc.get("problems") or []]
     try:
         funcs = _functions_of(doc, entry)
     except (ValueError, TypeError, AttributeError, IndexError) as e:
         entry.error = "unexpected decoder output: %s" % e
-        return []
-    return funcs + deferred_functions(entry, doc)
+        return entry, []
+    return entry, funcs + deferred_functions(entry, doc)
+
+
+def scan_entry(address):
+    """Reads and decodes one jit_code_entry: (JitEntry, [JitFunction])."""
+    doc, errors = _Decoder.entry(address)
+    if "error" in doc:
+        raise JitError(_read_error(errors, "jit_code_entry", address, 32)
+                       if (address, 32) in errors else str(doc["error"]))
+    try:
+        return _entry_of(doc["entry"], errors)
+    except (ValueError, TypeError, AttributeError, KeyError) as e:
+        raise JitError("unexpected reader output: %s" % e)
+
+
+def _list_problem(p, errors):
+    """A problem of the list itself, worded for the user."""
+    kind = p.get("kind")
+    if kind == "loop":
+        return "the entry list loops back to entry 0x%x: stopped there" % p.get("target", 0)
+    if kind == "too_many_entries":
+        return "more than %d entries (set jit max-entries): stopped" % p.get("limit", 0)
+    if kind == "unreadable_entry":
+        return "entry list broken: %s" % _read_error(errors, "jit_code_entry",
+                                                     p.get("address", 0), 32)
+    return str(p.get("message"))
+
+
+class Scan:
+    """What the process registered: entries (list order), functions, the problems of the
+    list itself, and an address index under the project's one overlap rule."""
+
+    __slots__ = ("entries", "funcs", "problems", "index")
+
+    def __init__(self, entries, funcs, problems, index):
+        self.entries = entries
+        self.funcs = funcs
+        self.problems = problems
+        self.index = index
 
 
 def scan():
-    """Every registered entry and function, walking the list from first_entry."""
-    _addr, version, _action, _relevant, first = read_descriptor()
-    # A missing decoder is the user's problem to fix, not damage in the list: raise it now.
+    """Every registered entry and function: the library walks the list from first_entry."""
+    addr = descriptor_address()
+    # A missing library is the user's problem to fix, not damage in the list: raise it now.
     _Decoder.lib()
-    if version != 1:
-        raise JitError(
-            "__jit_debug_descriptor has version %d where 1 was expected (not initialised yet, "
-            "or damaged)" % version
-        )
     limit = _MAX_ENTRIES_PARAM.value or _DEFAULT_MAX_ENTRIES
-    entries, funcs, seen = [], [], set()
-    problem = None
-    cur = first
-    while cur:
-        if cur in seen:
-            problem = "the entry list loops back to entry 0x%x: stopped there" % cur
-            break
-        if len(entries) >= limit:
-            problem = "more than %d entries (set jit max-entries): stopped" % limit
-            break
-        seen.add(cur)
-        try:
-            entry, nxt, fs = scan_entry(cur)
-        except JitError as e:
-            problem = "entry list broken: %s" % str(e)[len("jit: "):]
-            break
-        entries.append(entry)
-        funcs.extend(fs)
-        cur = nxt
-    return entries, funcs, problem
+    doc, errors = _Decoder.walk(addr, limit)
+    if "error" in doc:
+        if (addr, _DESCRIPTOR.size) in errors:
+            raise JitError(_read_error(errors, "__jit_debug_descriptor", addr, _DESCRIPTOR.size))
+        raise JitError(str(doc["error"]))
+    try:
+        version = _int(doc["descriptor"]["version"], "the descriptor version")
+        if version != 1:
+            raise JitError(
+                "__jit_debug_descriptor has version %d where 1 was expected (not initialised "
+                "yet, or damaged)" % version
+            )
+        entries, funcs, per_entry = [], [], []
+        for e in doc.get("entries") or []:
+            entry, fs = _entry_of(e, errors)
+            entries.append(entry)
+            funcs.extend(fs)
+            per_entry.append(fs)
+        problems = [_list_problem(p, errors) for p in doc.get("problems") or []
+                    if p.get("kind") != "version"]
+        index = _AddressIndex(doc.get("lookup") or [], per_entry)
+    except (ValueError, TypeError, AttributeError, KeyError, IndexError) as e:
+        raise JitError("unexpected reader output: %s" % e)
+    return Scan(entries, funcs, problems, index)
 
 
 # ---------------------------------------------------------------------------------------
@@ -487,7 +510,7 @@ def _compile(pattern):
         raise JitError("bad regular expression %r: %s" % (pattern, e))
 
 
-def _report_problems(entries, problem):
+def _report_problems(entries, problems):
     for e in entries:
         for p in e.problems:
             gdb.write("warning: jit entry 0x%x (%s payload): %s\n" % (e.address, e.kind, p))
@@ -496,7 +519,7 @@ def _report_problems(entries, problem):
                 "warning: jit entry 0x%x (%s payload, %d bytes at 0x%x): %s\n"
                 % (e.address, e.kind, e.payload_size, e.payload_addr, e.error)
             )
-    if problem:
+    for problem in problems:
         gdb.write("warning: %s\n" % problem)
 
 
@@ -527,7 +550,8 @@ reported as warnings after the table."""
     def invoke(self, arg, from_tty):
         arg = arg.strip()
         rx = _compile(arg) if arg else None
-        entries, funcs, problem = scan()
+        found = scan()
+        entries, funcs = found.entries, found.funcs
         shown = [f for f in funcs if rx is None or rx.search(f.name)]
         shown.sort(key=lambda f: (f.start, f.name))
         if shown:
@@ -541,7 +565,7 @@ reported as warnings after the table."""
         what = "JIT functions" if rx is None else "JIT functions matching %r" % arg
         gdb.write("%d %s (%d registered in %d entries).\n"
                   % (len(shown), what, len(funcs), len(entries)))
-        _report_problems(entries, problem)
+        _report_problems(entries, found.problems)
 
 
 # Pending `jit break` requests: [(pattern text, compiled regex)].
@@ -594,8 +618,9 @@ breakpoint. `jit break` without argument lists the pending requests."""
         rx = _compile(pattern)
         funcs = []
         try:
-            entries, funcs, problem = scan()
-            _report_problems(entries, problem)
+            found = scan()
+            funcs = found.funcs
+            _report_problems(found.entries, found.problems)
         except JitError as e:
             # Not running yet, or the runtime has not initialised the descriptor: pending.
             gdb.write("%s; looking again at every JIT registration.\n" % e)
@@ -631,7 +656,7 @@ def _on_new_objfile(event):
     if not _pending:
         return
     try:
-        _entries, funcs, _problem = scan()
+        funcs = scan().funcs
     except JitError:
         # Shared libraries of a program that is not running or has not initialised its
         # descriptor yet: nothing to resolve.
@@ -658,8 +683,8 @@ class _RegisterHook(gdb.Breakpoint):
         try:
             _addr, version, action, relevant, _first = read_descriptor()
             if version == 1 and action == _JIT_REGISTER and relevant:
-                entry, _next, funcs = scan_entry(relevant)
-                _report_problems([entry], None)
+                entry, funcs = scan_entry(relevant)
+                _report_problems([entry], [])
                 _resolve_pending(funcs)
         except JitError as e:
             gdb.write("warning: %s (while resolving pending jit breakpoints)\n" % e)
@@ -667,10 +692,6 @@ class _RegisterHook(gdb.Breakpoint):
 
 
 _hook = None
-
-# The process is gone: drop its decoded payloads (memory only; correctness does not depend
-# on it, as cached results are reused only for identical bytes).
-gdb.events.exited.connect(lambda _event: _cache.clear())
 
 
 # ---------------------------------------------------------------------------------------
@@ -773,25 +794,22 @@ def _parse_addr(text):
 
 
 class _AddressIndex:
-    """Functions by address. Functions of different objects in one payload may overlap, so
-    a lookup walks back from the last start <= addr while an earlier function could still
-    reach addr (max_end: the largest end among the functions up to each index)."""
+    """Functions by address, from the library's disjoint ranges ([START, END, ENTRY,
+    FUNCTION], in address order): where functions overlap, the newest registration owns the
+    shared addresses and older ones keep the rest (the rule of jit_interface::inspect's
+    Symbolizer, which `jit-gdb inspect` and the reader's index apply too)."""
 
-    def __init__(self, funcs):
-        self.funcs = sorted(funcs, key=lambda f: (f.start, f.size))
-        self.starts = [f.start for f in self.funcs]
-        self.max_end = []
-        m = 0
-        for f in self.funcs:
-            m = max(m, f.end)
-            self.max_end.append(m)
+    def __init__(self, ranges, per_entry):
+        self.starts, self.ranges = [], []
+        for r in ranges:
+            start, end, e, f = (_int(v, "a lookup range") for v in r)
+            self.starts.append(start)
+            self.ranges.append((start, end, per_entry[e][f]))
 
     def lookup(self, addr):
         i = bisect.bisect_right(self.starts, addr) - 1
-        while i >= 0 and self.max_end[i] > addr:
-            if self.funcs[i].start <= addr < self.funcs[i].end:
-                return self.funcs[i]
-            i -= 1
+        if i >= 0 and addr < self.ranges[i][1]:
+            return self.ranges[i][2]
         return None
 
 
@@ -809,24 +827,24 @@ Prints `ADDR name+0xOFF file:line` per address (expressions such as $pc are allo
         if not args:
             raise JitError("usage: jit symbolize ADDR...")
         addrs = [_parse_addr(a) for a in args]
-        entries, funcs, problem = scan()
-        index = _AddressIndex(funcs)
+        found = scan()
         for a in addrs:
-            f = index.lookup(a)
+            f = found.index.lookup(a)
             if f is None:
                 gdb.write("0x%x ??\n" % a)
                 continue
             line = f.line_at(a)
             where = "%s:%d" % (f.file or "??", line) if line is not None else (f.file or "??")
             gdb.write("0x%x %s+0x%x %s\n" % (a, f.name, a - f.start, where))
-        _report_problems(entries, problem)
+        _report_problems(found.entries, found.problems)
 
 
 class JitExportPerfMap(gdb.Command):
     """Write the JIT functions as a perf map: jit export-perf-map FILE
 
 One line per function, `START SIZE name` in hex without 0x, in address order (the format
-perf reads from /tmp/perf-PID.map)."""
+perf reads from /tmp/perf-PID.map). Where functions overlap, the newest registration owns
+the shared addresses: an older function gets a line for each piece it keeps."""
 
     def __init__(self):
         super().__init__("jit export-perf-map", gdb.COMMAND_DATA)
@@ -836,16 +854,16 @@ perf reads from /tmp/perf-PID.map)."""
         if len(args) != 1:
             raise JitError("usage: jit export-perf-map FILE")
         path = os.path.expanduser(args[0])
-        entries, funcs, problem = scan()
-        funcs = sorted(funcs, key=lambda f: f.start)
-        text = "".join("%x %x %s\n" % (f.start, f.size, f.name) for f in funcs)
+        found = scan()
+        ranges = found.index.ranges
+        text = "".join("%x %x %s\n" % (a, b - a, f.name) for a, b, f in ranges)
         try:
             with open(path, "w") as out:
                 out.write(text)
         except OSError as e:
             raise JitError("cannot write %s: %s" % (path, e.strerror or e))
-        gdb.write("jit: wrote %d functions to %s\n" % (len(funcs), path))
-        _report_problems(entries, problem)
+        gdb.write("jit: wrote %d functions to %s\n" % (len(ranges), path))
+        _report_problems(found.entries, found.problems)
 
 
 # ---------------------------------------------------------------------------------------
@@ -862,10 +880,6 @@ perf reads from /tmp/perf-PID.map)."""
 
 _source_session = [None]
 _IN_MEMORY = re.compile(r"^<in-memory@(0x[0-9a-fA-F]+)>$")
-# int read(void *ctx, uint64_t addr, void *buf, size_t len): 0 when buf holds the bytes.
-_READ_FN = ctypes.CFUNCTYPE(
-    ctypes.c_int, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_size_t
-)
 # Largest ELF payload whose source section is looked for (the reader reads only the
 # header, the section headers and that section).
 _MAX_ELF_PAYLOAD = 1 << 30
