@@ -399,7 +399,9 @@ impl Index {
 
     /// Adds every function of a payload's objects; returns how many were added. Older
     /// ranges overlapping a new function lose the overlapping addresses, and are dropped
-    /// entirely if `mem` shows their object is dead.
+    /// entirely if `mem` shows their object is dead: the project's one overlap rule (the
+    /// newest registration owns shared addresses; `jit_interface::inspect::Symbolizer`
+    /// applies it to a whole list for `jit-gdb inspect` and the GDB scripts).
     pub fn add(&mut self, decoded: &[Decoded], mem: &dyn Memory) -> usize {
         self.add_records(&Records::from_decoded(decoded), mem)
     }
