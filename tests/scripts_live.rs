@@ -1,6 +1,7 @@
 //! `gdb-scripts/jit.py` in real GDB on a live JIT process, for both payload kinds: `jit
 //! list` (all, regex), `jit break` (pending before the code exists, by name and by regex;
-//! immediate once registered), `jit symbolize` at every instruction, `jit export-perf-map`.
+//! immediate once registered), `jit symbolize` at every instruction, `jit export-perf-map`,
+//! and the one overlap rule (shared with `jit-gdb inspect`) on a newer overlapping entry.
 //! Every expected value comes from the host's own layout (`jit-fn` lines).
 
 mod common;
@@ -219,4 +220,158 @@ fn unregistered() {
         "0 JIT functions (0 registered in 0 entries).",
     );
     t.assert_contains(Some("after_sym"), &format!("{start:#x} ??"));
+}
+
+/// The one overlap rule, end to end: a newer entry (linked at the head of the live list by
+/// GDB writes, as a runtime reusing code memory would) describes `jit_overlay` inside
+/// `jit_middle`. `jit symbolize` and `jit export-perf-map` give the overlap to the newer
+/// function and keep the rest for `jit_middle`; `jit-gdb inspect` on a core of the same
+/// process answers the same.
+#[test]
+fn newest_registration_owns_overlapping_addresses() {
+    if !require_tool("gdb", "newest_registration_owns_overlapping_addresses") {
+        return;
+    }
+    let h = host("compact");
+    let dir = TempDir::new("scripts-overlap");
+    let layout = h.layout(dir.path());
+    let middle = layout.get("jit_middle");
+    assert!(
+        middle.size > 8,
+        "jit_middle too small for the test: {middle:?}"
+    );
+    let (lo, hi) = (middle.start + 2, middle.start + 6);
+    let mut overlay = jit_interface::JitObject::new();
+    overlay.add_function("jit_overlay", lo, hi - lo).unwrap();
+    let mut payload = jit_interface::format::encode(&overlay, None).unwrap();
+    let size = payload.len();
+    payload.resize(size.div_ceil(8) * 8, 0);
+    let first = "*(unsigned long *)((char *)&__jit_debug_descriptor + 16)";
+    assert!(
+        payload.len() <= 128,
+        "overlay payload of {} bytes",
+        payload.len()
+    );
+    // Scratch memory without running the inferior (no malloc call): stack below the stopped
+    // thread's frames and red zone, which nothing touches before `kill`; gcore keeps it.
+    let mut link = vec![
+        "set language c".to_string(),
+        "set $jp = (unsigned long *) (((unsigned long) $sp - 512) & ~15)".to_string(),
+    ];
+    for (i, w) in payload.chunks(8).enumerate() {
+        let w = u64::from_le_bytes(w.try_into().unwrap());
+        link.push(format!("set var $jp[{i}] = {w:#x}"));
+    }
+    link.extend([
+        "set $je = $jp + 32".to_string(),
+        format!("set var $je[0] = {first}"),
+        "set var $je[1] = 0".into(),
+        "set var $je[2] = (unsigned long) $jp".into(),
+        format!("set var $je[3] = {size}"),
+        "set var *(unsigned long *)($je[0] + 8) = (unsigned long) $je".into(),
+        format!("set var {first} = (unsigned long) $je"),
+    ]);
+    let addrs = [middle.start + 1, lo, hi - 1, hi];
+    let sym = addrs.map(|a| format!("{a:#x}")).join(" ");
+    let map = dir.join("overlap.map");
+    let core = dir.join("overlap.core");
+    let t = h
+        .gdb(dir.path(), "run")
+        .cmd("break jit_test_break_here")
+        .cmd("run")
+        .section("link", link)
+        .section("list", ["jit list"])
+        .section("sym", [format!("jit symbolize {sym}")])
+        .section("perf", [format!("jit export-perf-map {}", map.display())])
+        .section("gcore", [format!("generate-core-file {}", core.display())])
+        .cmd("kill")
+        .run();
+    t.assert_contains(Some("list"), "5 JIT functions (5 registered in 2 entries).");
+    for section in ["list", "sym", "perf"] {
+        t.assert_not_contains(Some(section), "warning:");
+    }
+    t.assert_not_contains(None, "Python Exception");
+    let want = [
+        format!("{:#x} jit_middle+0x1 ", addrs[0]),
+        format!("{lo:#x} jit_overlay+0x0 "),
+        format!("{:#x} jit_overlay+0x3 ", addrs[2]),
+        format!("{hi:#x} jit_middle+0x6 "),
+    ];
+    let got: Vec<&str> = t
+        .section("sym")
+        .lines()
+        .filter(|l| l.starts_with("0x"))
+        .collect();
+    if got.len() != 4
+        || got
+            .iter()
+            .zip(&want)
+            .any(|(g, w)| !g.starts_with(w.as_str()))
+    {
+        t.fail(&format!(
+            "`jit symbolize` gave {got:#?}, expected {want:#?}"
+        ));
+    }
+    // jit_middle keeps two pieces around the overlay.
+    let text = std::fs::read_to_string(&map).unwrap_or_else(|e| t.fail(&format!("{e}")));
+    let pieces = [
+        format!("{:x} 2 jit_middle", middle.start),
+        format!("{lo:x} 4 jit_overlay"),
+        format!("{hi:x} {:x} jit_middle", middle.start + middle.size - hi),
+    ];
+    for p in &pieces {
+        if !text.lines().any(|l| l == p) {
+            t.fail(&format!("perf map lacks `{p}`:\n{text}"));
+        }
+    }
+    t.assert_contains(Some("perf"), "jit: wrote 6 functions to");
+
+    // The core inspector, on a core of the same process, applies the same rule.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .arg("inspect")
+        .arg(&core)
+        .arg("--exe")
+        .arg(common::testhost())
+        .arg("--symbolize")
+        .args(addrs.map(|a| format!("{a:x}")))
+        .output()
+        .expect("run jit-gdb inspect");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let got: Vec<&str> = stdout.lines().collect();
+    if out.status.code() != Some(0)
+        || got.len() != 4
+        || got
+            .iter()
+            .zip(&want)
+            .any(|(g, w)| !format!("{g} ").starts_with(w.as_str()))
+    {
+        t.fail(&format!(
+            "`jit-gdb inspect --symbolize` exited {:?}:\n{stdout}{}\nexpected {want:#?}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    // Its perf map has the same pieces; the partly hidden function is named (exit 3).
+    let inspect_map = dir.join("inspect.map");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .arg("inspect")
+        .arg(&core)
+        .arg("--exe")
+        .arg(common::testhost())
+        .arg("--perf-map")
+        .arg(&inspect_map)
+        .output()
+        .expect("run jit-gdb inspect");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let written = std::fs::read_to_string(&inspect_map).unwrap_or_default();
+    if out.status.code() != Some(3)
+        || written != text
+        || !stderr.contains("`jit_middle` at 0x")
+        || !stderr.contains("overlaps `jit_overlay`")
+    {
+        t.fail(&format!(
+            "`jit-gdb inspect --perf-map` exited {:?}:\n{stderr}\nwrote:\n{written}\njit.py wrote:\n{text}",
+            out.status
+        ));
+    }
 }
