@@ -11,6 +11,7 @@ use super::batch::{decode_record, EntryCell, Kind, Place, Slot};
 use super::route::{attached_meanwhile, Context};
 use super::state::{offset32, State, FREE};
 use super::Format;
+use crate::descriptor::DebuggerList;
 use crate::error::Result;
 use crate::model::{Arch, JitObject};
 
@@ -123,7 +124,7 @@ fn kept_slot(
     }
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Appends the small ELF object `object` (member `id`, whose compact record without
     /// live check is `record`, empty if it may be plain) in place to the growing ELF batch,
     /// or to a new one when there is none or it is full. Returns the batch and the bytes the
@@ -155,7 +156,7 @@ impl State {
                         if !slot.place.has_bytes() && !plain {
                             self.set_model(id, Some(Arc::new(object.clone())));
                         }
-                        if attached_meanwhile(ctx) {
+                        if attached_meanwhile(&self.list, ctx) {
                             // It may have read the payload before.
                             self.republish(batch_id, false);
                         }
@@ -222,7 +223,7 @@ impl State {
             b.records = records;
             b.kind = Kind::Growing(Box::new(growing));
         }
-        if attached_meanwhile(ctx) {
+        if attached_meanwhile(&self.list, ctx) {
             // It read the batch when linked; it is not told about appends.
             self.seal(batch_id);
         } else {
@@ -353,7 +354,7 @@ impl State {
         // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
         // take the old ones' place in the batch right after (the old payload is kept for
         // the next rollback only then, after the debugger was told).
-        unsafe { crate::descriptor::replace(batch.entry(), cell.entry.get()) };
+        unsafe { self.list.replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
         let old = std::mem::replace(&mut batch.buf, buf);
         growing.keep_mirror(old);
