@@ -16,7 +16,7 @@ use crate::error::Result;
 use crate::model::{Arch, JitObject};
 
 /// Growing payloads' buffers kept for reuse (see `State::spare_growing`).
-const SPARE_GROWING: usize = 2;
+pub(super) const SPARE_GROWING: usize = 2;
 
 /// Members of an ELF batch split off with its first or last member (see `State::peel`).
 pub(super) const PEEL: usize = 64;
@@ -205,7 +205,7 @@ impl<L: DebuggerList> State<L> {
     ) -> Result<Option<(u64, usize)>> {
         // Allocated before the payload: see `Batch::cell`.
         let cell = EntryCell::new();
-        let (mut buf, mut growing) = crate::elf::Growing::new(self.spare_growing.pop())?;
+        let (mut buf, mut growing) = crate::elf::Growing::new(self.spare_growing.take())?;
         let Some(bytes) = growing.append(&mut buf, object)? else {
             return Ok(None);
         };
@@ -235,8 +235,8 @@ impl<L: DebuggerList> State<L> {
     /// Keeps `buf`, a growing payload's buffer no longer linked, for reuse (see
     /// `State::spare_growing`).
     pub(super) fn keep_spare(&mut self, buf: Vec<u8>) {
-        if self.spare_growing.len() < SPARE_GROWING && buf.len() == crate::elf::GROWING_PAYLOAD {
-            self.spare_growing.push(buf);
+        if buf.len() == crate::elf::GROWING_PAYLOAD {
+            self.spare_growing.keep(buf);
         }
     }
 
@@ -291,7 +291,7 @@ impl<L: DebuggerList> State<L> {
             again.push(item);
         }
         self.regrown += suffix;
-        let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.pop()) else {
+        let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.take()) else {
             batch.kind = Kind::Growing(growing);
             return false;
         };
@@ -380,7 +380,7 @@ impl<L: DebuggerList> State<L> {
         if batch.members.len() < RECOPY_MIN {
             return false;
         }
-        let Ok((mut buf, mut growing)) = crate::elf::Growing::new(self.spare_growing.pop()) else {
+        let Ok((mut buf, mut growing)) = crate::elf::Growing::new(self.spare_growing.take()) else {
             return false;
         };
         let mut slots = Vec::with_capacity(batch.members.len());

@@ -57,12 +57,14 @@
 //! - `growing`: growing ELF payloads (append, roll back, split an end off, rebuild by copies);
 //! - `merge`: the merge tree under a debugger;
 //! - `remove`: unregistration and rewrites;
-//! - `deferred`: deferred mode and its timer thread.
+//! - `deferred`: deferred mode and its timer thread;
+//! - `pool`: the spare buffers kept for reuse, and why.
 
 mod batch;
 mod deferred;
 mod growing;
 mod merge;
+mod pool;
 mod quiet;
 mod remove;
 mod route;

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::batch::{Batch, EntryCell, Kind, Slot};
+use super::growing::SPARE_GROWING;
 use super::merge::FAN_IN;
+use super::pool::Pool;
 use super::route::{self, Context};
 use super::{Deferral, Format, MergeStats};
 use crate::descriptor::{DebuggerList, ProcessList};
@@ -32,9 +34,9 @@ thread_local! {
     /// Payload buffers of dropped one-object ELF entries (a merge drops `FAN_IN` of them at
     /// once), reused by this thread's next ELF registrations: registering small ELF objects
     /// one by one then allocates no payload, and glibc's malloc no longer sorts its free
-    /// lists before each of those (about 1 KiB) allocations.
-    static SPARE_PAYLOADS: std::cell::RefCell<Vec<Vec<u8>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// lists before each of those (about 1 KiB) allocations. (See `pool`.)
+    static SPARE_PAYLOADS: std::cell::RefCell<Pool<SPARE_COUNT>> =
+        const { std::cell::RefCell::new(Pool::new()) };
 }
 
 /// At most this many spare payload buffers per thread, each of at most `SPARE_MAX` bytes.
@@ -45,7 +47,7 @@ const SPARE_MAX: usize = 4096;
 #[inline]
 pub(super) fn spare_payload() -> Vec<u8> {
     SPARE_PAYLOADS
-        .with(|p| p.borrow_mut().pop())
+        .with(|p| p.borrow_mut().take())
         .unwrap_or_default()
 }
 
@@ -201,7 +203,7 @@ pub(super) struct State<L = ProcessList> {
     /// payload and the rollbacks' mirror), and the next growing batch takes one when it
     /// is made and one at its first rollback (measured: with one, a 256 KiB `calloc`,
     /// memory the allocator had to zero, took a fifth of `scale_host churn 2 5000 elf`).
-    pub(super) spare_growing: Vec<Vec<u8>>,
+    pub(super) spare_growing: Pool<SPARE_GROWING>,
     /// Objects appended to growing batches as registered, and appended again when an
     /// object before them left (see `regrow`).
     pub(super) grown: u64,
@@ -425,12 +427,7 @@ impl<L: DebuggerList> State<L> {
             return;
         }
         if batch.format == Format::Elf && level == Some(0) && batch.buf.capacity() <= SPARE_MAX {
-            SPARE_PAYLOADS.with(|p| {
-                let mut p = p.borrow_mut();
-                if p.len() < SPARE_COUNT {
-                    p.push(batch.buf);
-                }
-            });
+            SPARE_PAYLOADS.with(|p| p.borrow_mut().keep(batch.buf));
         }
         // The batch (payload and tombstone slots) is freed here, after the unlink.
     }
