@@ -75,7 +75,8 @@ pub(super) static DEFERRED: AtomicBool = AtomicBool::new(false);
 /// What an operation's decisions depend on besides its own input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Context {
-    /// A debugger watches the hook ([`descriptor::debugger_attached`]).
+    /// A debugger watches the hook (the state's list says so: `DebuggerList::attached`,
+    /// for the process's list [`descriptor::debugger_attached`]).
     pub(super) attached: bool,
     /// Deferred mode is on ([`super::set_deferred`]).
     pub(super) deferred: bool,
