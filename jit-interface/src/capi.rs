@@ -12,7 +12,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::Error;
 use crate::model::{
-    BaseType, CallTarget, CfaBase, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
+    BaseType, CallTarget, CfaBase, FunctionId, JitObject, LineRow, Location, UnwindRow, Variable,
+    VariableKind,
 };
 use crate::registry::{register, Format, Registration};
 
@@ -129,8 +130,12 @@ fn slice<'a, T>(p: *const T, n: usize, what: &'static str) -> Result<&'a [T], Er
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-fn function_index(f: i32) -> Result<usize, Error> {
-    usize::try_from(f).map_err(|_| Error::NoSuchFunction(f as usize))
+/// The function a C caller names by the integer `jit_object_add_function` returned: ids
+/// are never negative, and one beyond the object's functions is refused by the setter.
+fn function_index(f: i32) -> Result<FunctionId, Error> {
+    usize::try_from(f)
+        .map(FunctionId::from_index)
+        .map_err(|_| Error::NegativeFunctionId(f.into()))
 }
 
 /// Creates an empty object for the host architecture.
@@ -173,7 +178,7 @@ pub unsafe extern "C" fn jit_object_add_function(
         let o = object(obj)?;
         let name = text(name, "name")?;
         let i = o.add_function(name, start, size)?;
-        i32::try_from(i)
+        i32::try_from(i.index())
             .map_err(|_| Error::TooLarge("more than 2^31 functions in one object".into()))
     })
 }

@@ -143,6 +143,83 @@ pub(crate) unsafe fn replace(old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
     }
 }
 
+/// The operations the registry makes on a debugger's list of entries: the seam between
+/// the registry's decisions and the process's descriptor. [`ProcessList`] is the real list;
+/// the registry's unit tests put a list of their own behind it that records every operation
+/// and says "attached" when told to, so that they can look at what a debugger would have
+/// been told without touching the process's list. Generic (static dispatch): the real
+/// list's operations are the plain functions of this module, inlined as before.
+pub(crate) trait DebuggerList {
+    /// The process's own list: the registry mirrors, for this list only, what registrations
+    /// read before taking its lock (deferred mode, the reader budget) and what debugger
+    /// scripts read (`jit_gdb_pending`) in statics, and runs the deferred-mode timer thread.
+    const PROCESS: bool;
+
+    /// Links `entry` at the head of the list and tells the debugger.
+    ///
+    /// # Safety
+    /// As [`link`].
+    unsafe fn link(&mut self, entry: *mut JitCodeEntry);
+
+    /// Unlinks `entry` and tells the debugger.
+    ///
+    /// # Safety
+    /// As [`unlink`].
+    unsafe fn unlink(&mut self, entry: *mut JitCodeEntry);
+
+    /// Puts `new` in `old`'s place and tells the debugger.
+    ///
+    /// # Safety
+    /// As [`replace`].
+    unsafe fn replace(&mut self, old: *mut JitCodeEntry, new: *mut JitCodeEntry);
+
+    /// Sets the size of a linked entry whose payload grew in place (no notification).
+    ///
+    /// # Safety
+    /// As [`set_size`].
+    unsafe fn set_size(&mut self, entry: *mut JitCodeEntry, size: usize);
+
+    /// Is a debugger watching the hook right now ([`debugger_attached`])?
+    fn attached(&self) -> bool;
+}
+
+/// The process's list (`__jit_debug_descriptor`), which GDB reads.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct ProcessList;
+
+impl DebuggerList for ProcessList {
+    const PROCESS: bool = true;
+
+    #[inline]
+    unsafe fn link(&mut self, entry: *mut JitCodeEntry) {
+        // SAFETY: the caller keeps `link`'s contract.
+        unsafe { link(entry) }
+    }
+
+    #[inline]
+    unsafe fn unlink(&mut self, entry: *mut JitCodeEntry) {
+        // SAFETY: the caller keeps `unlink`'s contract.
+        unsafe { unlink(entry) }
+    }
+
+    #[inline]
+    unsafe fn replace(&mut self, old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
+        // SAFETY: the caller keeps `replace`'s contract.
+        unsafe { replace(old, new) }
+    }
+
+    #[inline]
+    unsafe fn set_size(&mut self, entry: *mut JitCodeEntry, size: usize) {
+        // SAFETY: the caller keeps `set_size`'s contract.
+        unsafe { set_size(entry, size) }
+    }
+
+    #[inline]
+    fn attached(&self) -> bool {
+        debugger_attached()
+    }
+}
+
 /// Calls the hook GDB breaks on, with `relevant_entry` set, then resets the descriptor.
 ///
 /// # Safety

@@ -15,6 +15,8 @@ pub enum Error {
     Overlap { first: String, second: String },
     /// A function index that this object does not have.
     NoSuchFunction(usize),
+    /// A negative function id (C API: ids are what `jit_object_add_function` returned).
+    NegativeFunctionId(i64),
     /// Line rows, unwind rows, blocks or call sites that are out of order or outside their
     /// function.
     BadRows { function: String, why: String },
@@ -50,6 +52,10 @@ impl fmt::Display for Error {
                 "functions `{first}` and `{second}` overlap: functions of one object must not share addresses"
             ),
             Error::NoSuchFunction(i) => write!(f, "function index {i} does not exist in this object"),
+            Error::NegativeFunctionId(i) => write!(
+                f,
+                "function id {i} is negative: function ids are what jit_object_add_function returned"
+            ),
             Error::BadRows { function, why } => write!(f, "function `{function}`: {why}"),
             Error::BadFileName(why) => write!(f, "bad source file name: {why}"),
             Error::BadVariable { function, why } => {

@@ -492,6 +492,7 @@ impl<'a> Functions<'a> {
     }
     /// Function `f`, if the object has it.
     pub fn get(&self, f: FunctionId) -> Option<Function<'a>> {
+        let f = f.0;
         let entry = self.object.entries.get(f)?;
         Some(Function {
             object: self.object,
@@ -500,7 +501,7 @@ impl<'a> Functions<'a> {
     }
     /// The first function added.
     pub fn first(&self) -> Option<Function<'a>> {
-        self.get(0)
+        self.get(FunctionId(0))
     }
     /// The functions in the order they were added.
     pub fn iter(&self) -> FunctionIter<'a> {
@@ -966,8 +967,32 @@ impl Default for JitObject {
     }
 }
 
-/// Index of a function inside its [`JitObject`].
-pub type FunctionId = usize;
+/// A function of a [`JitObject`], as [`JitObject::add_function`] returned it: what the
+/// object's other setters take to name it. A type of its own, so that a block index, a line
+/// or an offset cannot be passed for it by mistake. Displayed as `#N`, `N` its [`index`].
+///
+/// [`index`]: FunctionId::index
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FunctionId(usize);
+
+impl FunctionId {
+    /// The function's index in its object: functions are numbered from 0 in the order they
+    /// were added ([`JitObject::functions`] lists them in that order).
+    pub fn index(self) -> usize {
+        self.0
+    }
+
+    /// The id of the function at `index` (the C API's integer ids, the decoder's counter).
+    pub(crate) fn from_index(index: usize) -> FunctionId {
+        FunctionId(index)
+    }
+}
+
+impl std::fmt::Display for FunctionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
 
 impl JitObject {
     /// An empty object for the host architecture.
@@ -1065,7 +1090,7 @@ impl JitObject {
         (self.text.len(), self.rows.len())
     }
 
-    fn entry(&self, f: FunctionId) -> Result<&Entry> {
+    fn entry(&self, f: usize) -> Result<&Entry> {
         self.entries.get(f).ok_or(Error::NoSuchFunction(f))
     }
 
@@ -1074,7 +1099,7 @@ impl JitObject {
     }
 
     /// The error for bad rows (or blocks) of function `f`.
-    fn bad_rows(&self, f: FunctionId, why: String) -> Error {
+    fn bad_rows(&self, f: usize, why: String) -> Error {
         Error::BadRows {
             function: self.name_of(&self.entries[f]).to_string(),
             why,
@@ -1131,13 +1156,14 @@ impl JitObject {
             frame: Frame::Default,
             extras: NO_EXTRAS,
         });
-        Ok(self.entries.len() - 1)
+        Ok(FunctionId(self.entries.len() - 1))
     }
 
     /// Sets the source file and line rows of function `f` (replacing earlier ones).
     /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
     #[inline]
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
+        let f = f.0;
         // A file the object has is known to be a good name.
         let known = if self.is_last_file(file) {
             Some(self.last_file)
@@ -1197,7 +1223,7 @@ impl JitObject {
     /// The error for rows `line_rows_ok` refused.
     #[cold]
     #[inline(never)]
-    fn bad_line_rows(&self, f: FunctionId, rows: &[LineRow]) -> Error {
+    fn bad_line_rows(&self, f: usize, rows: &[LineRow]) -> Error {
         self.bad_rows(f, line_rows_error(rows, self.entries[f].size))
     }
 
@@ -1271,6 +1297,7 @@ impl JitObject {
 
     /// Sets explicit frame-description rows for function `f`.
     pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
+        let f = f.0;
         let e = self.entry(f)?;
         if let Err(why) = check_unwind_rows(rows, e.size) {
             return Err(self.bad_rows(f, why));
@@ -1288,6 +1315,7 @@ impl JitObject {
         push_end: u32,
         setup_end: u32,
     ) -> Result<()> {
+        let f = f.0;
         let Some(e) = self.entries.get_mut(f) else {
             return Err(Error::NoSuchFunction(f));
         };
@@ -1318,7 +1346,7 @@ impl JitObject {
     /// The error for prologue offsets `set_frame_pointer` refused.
     #[cold]
     #[inline(never)]
-    fn bad_prologue(&self, f: FunctionId, push_end: u32, setup_end: u32) -> Error {
+    fn bad_prologue(&self, f: usize, push_end: u32, setup_end: u32) -> Error {
         let size = self.entries[f].size;
         self.bad_rows(
             f,
@@ -1331,6 +1359,7 @@ impl JitObject {
     /// Adds an epilogue to a frame-pointer function (after [`Self::set_frame_pointer`]):
     /// `restore_end` just after `pop rbp` / `leave`, `ret_end` just after the `ret`.
     pub fn add_epilogue(&mut self, f: FunctionId, restore_end: u32, ret_end: u32) -> Result<()> {
+        let f = f.0;
         let e = self.entry(f)?;
         let size = e.size;
         let Frame::FramePointer {
@@ -1370,6 +1399,7 @@ impl JitObject {
         end: u32,
         parent: Option<u32>,
     ) -> Result<u32> {
+        let f = f.0;
         let e = self.entry(f)?;
         let func = Function {
             object: self,
@@ -1415,6 +1445,7 @@ impl JitObject {
 
     /// Adds a parameter or local variable to function `f` (ELF payloads only).
     pub fn add_variable(&mut self, f: FunctionId, var: Variable) -> Result<()> {
+        let f = f.0;
         let e = self.entry(f)?;
         let bad = |why: String| Error::BadVariable {
             function: self.name_of(e).to_string(),
@@ -1475,6 +1506,7 @@ impl JitObject {
     }
 
     fn push_call_site(&mut self, f: FunctionId, site: CallSite) -> Result<()> {
+        let f = f.0;
         let e = self.entry(f)?;
         let func = Function {
             object: self,
@@ -1518,7 +1550,7 @@ impl JitObject {
     }
 
     /// The extras of function `f` (which exists), created if it had none.
-    fn extras_mut(&mut self, f: FunctionId) -> &mut Extras {
+    fn extras_mut(&mut self, f: usize) -> &mut Extras {
         let mut at = self.entries[f].extras;
         let rare = self.rare.get_or_insert_with(Box::default);
         if at == NO_EXTRAS {
@@ -1801,6 +1833,27 @@ mod tests {
     }
 
     #[test]
+    fn function_ids_number_functions_in_the_order_added() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 16).unwrap();
+        let g = o.add_function("g", 0x1010, 16).unwrap();
+        assert_eq!((f.index(), g.index()), (0, 1));
+        assert!(f < g);
+        assert_eq!(
+            (f.to_string(), format!("{g}")),
+            ("#0".to_string(), "#1".to_string())
+        );
+        assert_eq!(o.functions().get(g).map(|g| g.name()), Some("g"));
+        // An id another object handed out, beyond this one's functions: refused, named.
+        let mut other = JitObject::new();
+        assert_eq!(
+            other.set_frame_pointer(g, 1, 4),
+            Err(Error::NoSuchFunction(1))
+        );
+        assert!(other.functions().get(f).is_none());
+    }
+
+    #[test]
     fn functions_share_file_names_and_keep_their_own() {
         let mut o = JitObject::new();
         let rows = [LineRow { offset: 0, line: 3 }];
@@ -1809,7 +1862,7 @@ mod tests {
             o.set_lines(f, file, &rows).unwrap();
         }
         fn file(o: &JitObject, i: usize) -> &str {
-            o.functions().get(i).unwrap().file().unwrap()
+            o.functions().get(FunctionId(i)).unwrap().file().unwrap()
         }
         assert_eq!(
             (0..5).map(|i| file(&o, i)).collect::<Vec<_>>(),
@@ -1819,16 +1872,16 @@ mod tests {
         assert!(std::ptr::eq(file(&o, 0), file(&o, 1)));
         assert!(std::ptr::eq(file(&o, 0), file(&o, 4)));
         // Replacing a function's lines replaces its file, and only its file.
-        o.set_lines(1, "c.js", &rows).unwrap();
+        o.set_lines(FunctionId(1), "c.js", &rows).unwrap();
         assert_eq!(
             (file(&o, 0), file(&o, 1), file(&o, 3)),
             ("a.js", "c.js", "a.js")
         );
         // A refused change leaves file and rows as they were.
         let bad = [LineRow { offset: 0, line: 0 }];
-        assert!(o.set_lines(1, "d.js", &bad).is_err());
+        assert!(o.set_lines(FunctionId(1), "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
-        assert_eq!(o.functions().get(1).unwrap().lines(), rows);
+        assert_eq!(o.functions().get(FunctionId(1)).unwrap().lines(), rows);
     }
 
     /// Builds `rows_of.len()` functions 16 bytes apart, function i with `rows_of[i]` (a line
@@ -1878,7 +1931,7 @@ mod tests {
             h.finish()
         };
         assert_eq!(hash(&o), hash(&want));
-        let f = o.functions().get(2).unwrap();
+        let f = o.functions().get(FunctionId(2)).unwrap();
         assert_eq!(
             (f.name(), f.file(), f.lines().len()),
             ("f2", Some("a.js"), 3)
@@ -1916,14 +1969,18 @@ mod tests {
         let names: Vec<&str> = files.iter().map(String::as_str).collect();
         let rows: Vec<&[u32]> = vec![&[3]; 12];
         let mut o = object_with(&rows, &names);
-        o.add_block(5, "inner", 2, 6, None).unwrap();
-        o.add_call_site(7, 4, CallTarget::Indirect).unwrap();
+        o.add_block(FunctionId(5), "inner", 2, 6, None).unwrap();
+        o.add_call_site(FunctionId(7), 4, CallTarget::Indirect)
+            .unwrap();
         let c = o.clone();
         assert_eq!(c, o);
         assert_eq!(c.file_count(), 12);
-        assert_eq!(c.functions().get(5).unwrap().blocks()[0].name, "inner");
-        assert_eq!(c.functions().get(7).unwrap().calls().len(), 1);
-        assert!(c.functions().get(6).unwrap().calls().is_empty());
+        assert_eq!(
+            c.functions().get(FunctionId(5)).unwrap().blocks()[0].name,
+            "inner"
+        );
+        assert_eq!(c.functions().get(FunctionId(7)).unwrap().calls().len(), 1);
+        assert!(c.functions().get(FunctionId(6)).unwrap().calls().is_empty());
         // The clone finds its files again (through its own index).
         let mut c = c;
         let f = c.add_function("late", 0x2000, 16).unwrap();
@@ -1955,7 +2012,8 @@ mod tests {
         let all: Vec<_> = a.functions().iter().chain(b.functions().iter()).collect();
         assert_eq!(m.functions().iter().collect::<Vec<_>>(), all);
         assert_eq!(m.file_count(), 3);
-        let file_of = |o: &JitObject, i: usize| o.functions().get(i).unwrap().file_index();
+        let file_of =
+            |o: &JitObject, i: usize| o.functions().get(FunctionId(i)).unwrap().file_index();
         assert_eq!(file_of(&m, 1), file_of(&m, 2), "b.js once");
     }
 

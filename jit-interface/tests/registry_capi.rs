@@ -82,3 +82,29 @@ fn compact_objects_share_an_entry_and_deferred_mode_switches() {
     let error = unsafe { std::ffi::CStr::from_ptr(jit_last_error()) };
     assert!(error.to_string_lossy().contains("regs"), "{error:?}");
 }
+
+/// C function ids are checked where they come in: a negative one and one the object does
+/// not have are refused, each with a message that names it.
+#[test]
+fn bad_function_ids_are_refused_with_a_message() {
+    let name = CString::new("capi_ids").unwrap();
+    // SAFETY: a fresh object and a NUL-terminated name; the object is freed by jit_register
+    // at the end (it takes it over, registered or not).
+    unsafe {
+        let obj = jit_object_new();
+        let f = jit_object_add_function(obj, name.as_ptr(), 0x5300_0000_0000, 32);
+        assert_eq!(f, 0, "the first function's id");
+        for (id, says) in [
+            (-1, "function id -1 is negative"),
+            (1, "function index 1 does not exist"),
+        ] {
+            assert_eq!(jit_object_set_frame_pointer(obj, id, 1, 4), -1);
+            let error = std::ffi::CStr::from_ptr(jit_last_error()).to_string_lossy();
+            assert!(error.contains(says), "id {id}: {error:?}");
+        }
+        assert_eq!(jit_object_set_frame_pointer(obj, f, 1, 4), 0);
+        let reg = jit_register(obj, 0 /* JIT_FORMAT_COMPACT */);
+        assert!(!reg.is_null());
+        jit_unregister(reg);
+    }
+}

@@ -6,7 +6,7 @@ use jit_interface::{Format, JitObject, Registration};
 
 mod registry_support;
 
-use registry_support::{expected, listed_elf, mixed, object, read_listed, Expected};
+use registry_support::{expected, listed_elf, mixed, object, object_and_id, read_listed, Expected};
 
 /// The tests look at the whole list: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -210,14 +210,14 @@ fn files_in_turns(files: u64, max_units: usize) {
     let file_of = |i: u64| format!("script{}.js", i % files);
     let objects: Vec<JitObject> = (0..3000u64)
         .map(|i| {
-            let mut o = object(&format!("turns_{i:04}"), base + i * 64);
+            let (mut o, f) = object_and_id(&format!("turns_{i:04}"), base + i * 64);
             let rows: Vec<jit_interface::LineRow> = (0..8)
                 .map(|r| jit_interface::LineRow {
                     offset: r * 6,
                     line: 10 + r + i as u32 % 7,
                 })
                 .collect();
-            o.set_lines(0, &file_of(i), &rows).unwrap();
+            o.set_lines(f, &file_of(i), &rows).unwrap();
             o
         })
         .collect();

@@ -472,7 +472,7 @@ mod tests {
         assert_eq!(
             r.frame_rows(a, Arch::X86_64),
             o.functions()
-                .get(0)
+                .first()
                 .unwrap()
                 .frame()
                 .rows(Arch::X86_64, 0x40)

@@ -140,7 +140,7 @@ fn frame_and_line_layout() {
     let s = LoadedScript::load(c).unwrap();
     let obj = s.jit_object("/abs/t.jg", true).unwrap();
     obj.validate().unwrap();
-    assert_eq!(obj.functions().get(1).unwrap().variables().len(), 2);
+    assert_eq!(obj.functions().iter().nth(1).unwrap().variables().len(), 2);
     let obj = s.jit_object("/abs/t.jg", false).unwrap();
     assert!(obj.functions().iter().all(|f| f.variables().is_empty()));
 }

@@ -1783,8 +1783,12 @@ mod tests {
         plain.add_function("a", 0x1000, 0x20).unwrap();
         let info = Parsed::encode(&plain).section(".debug_info").len();
         let mut with = plain.clone();
-        with.add_call_site(0, 5, CallTarget::Address(0x1000))
-            .unwrap();
+        with.add_call_site(
+            crate::model::FunctionId::from_index(0),
+            5,
+            CallTarget::Address(0x1000),
+        )
+        .unwrap();
         // abbreviation, return address, reference, end of the children.
         assert_eq!(
             Parsed::encode(&with).section(".debug_info").len(),

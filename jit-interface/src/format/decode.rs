@@ -76,7 +76,8 @@ pub trait Sink<'a> {
 struct ModelSink {
     done: Vec<Decoded>,
     object: Option<(JitObject, Option<LiveCheck>)>,
-    f: FunctionId,
+    /// The current function's index (`FunctionId::index`).
+    f: usize,
 }
 
 impl ModelSink {
@@ -96,23 +97,23 @@ impl<'a> Sink<'a> for ModelSink {
         self.current().set_source(file, text)
     }
     fn function(&mut self, name: &'a str, start: u64, size: u64) -> ModelResult<()> {
-        self.f = self.current().add_function(name, start, size)?;
+        self.f = self.current().add_function(name, start, size)?.index();
         Ok(())
     }
     fn frame_pointer(&mut self, push_end: u32, setup_end: u32) -> ModelResult<()> {
-        let f = self.f;
+        let f = FunctionId::from_index(self.f);
         self.current().set_frame_pointer(f, push_end, setup_end)
     }
     fn epilogue(&mut self, restore_end: u32, ret_end: u32) -> ModelResult<()> {
-        let f = self.f;
+        let f = FunctionId::from_index(self.f);
         self.current().add_epilogue(f, restore_end, ret_end)
     }
     fn unwind_rows(&mut self, rows: &[UnwindRow]) -> ModelResult<()> {
-        let f = self.f;
+        let f = FunctionId::from_index(self.f);
         self.current().set_unwind(f, rows)
     }
     fn lines(&mut self, file: &'a str, rows: &[LineRow]) -> ModelResult<()> {
-        let f = self.f;
+        let f = FunctionId::from_index(self.f);
         self.current().set_lines(f, file, rows)
     }
     fn block(
@@ -122,7 +123,7 @@ impl<'a> Sink<'a> for ModelSink {
         end: u32,
         parent: Option<u32>,
     ) -> ModelResult<()> {
-        let f = self.f;
+        let f = FunctionId::from_index(self.f);
         self.current().add_block(f, name, start, end, parent)?;
         Ok(())
     }

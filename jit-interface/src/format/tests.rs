@@ -5,7 +5,8 @@ use super::wire::Writer;
 use super::*;
 use crate::error::Error;
 use crate::model::{
-    Arch, BaseType, CallTarget, CfaBase, Frame, Location, UnwindRow, Variable, VariableKind,
+    Arch, BaseType, CallTarget, CfaBase, Frame, FunctionId, Location, UnwindRow, Variable,
+    VariableKind,
 };
 use crate::LineRow;
 
@@ -163,7 +164,7 @@ fn round_trips_every_feature() {
     for arch in [Arch::X86_64, Arch::Aarch64] {
         let o = small_object(arch, 0x10_0000, &["x", "y", "z"]);
         assert!(frame::is_canonical(
-            o.functions().get(0).unwrap().frame(),
+            o.functions().first().unwrap().frame(),
             arch,
             48
         ));
@@ -327,9 +328,10 @@ fn random_objects_round_trip() {
 fn call_sites_are_left_out() {
     let plain = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
     let mut with = plain.clone();
-    with.add_call_site(0, 2, CallTarget::Address(0x1000))
+    with.add_call_site(FunctionId::from_index(0), 2, CallTarget::Address(0x1000))
         .unwrap();
-    with.add_tail_call(1, 3, CallTarget::Indirect).unwrap();
+    with.add_tail_call(FunctionId::from_index(1), 3, CallTarget::Indirect)
+        .unwrap();
     assert_ne!(with, plain);
     // The same bytes as without them, so the decoder gives the object without them.
     let bytes = encode(&with, None).unwrap();
@@ -341,7 +343,7 @@ fn call_sites_are_left_out() {
 fn encoder_refuses_what_the_format_cannot_carry() {
     let mut o = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
     o.add_variable(
-        1,
+        FunctionId::from_index(1),
         Variable {
             name: "x".into(),
             kind: VariableKind::Local,
@@ -484,7 +486,8 @@ fn sources_round_trip_in_order() {
 #[test]
 fn source_file_names_follow_the_names_functions_use_in_the_string_table() {
     let mut o = small_object(Arch::X86_64, 0x1000, &["a1"]);
-    o.add_block(0, "blk", 2, 8, None).unwrap();
+    o.add_block(FunctionId::from_index(0), "blk", 2, 8, None)
+        .unwrap();
     o.set_source("unused.js", "u").unwrap();
     o.set_source("small.js", "s").unwrap();
     o.set_source("blk", "a block's name as a file name")

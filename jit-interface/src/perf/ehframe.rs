@@ -111,7 +111,7 @@ mod tests {
         let f = o.add_function("f", 0x1000, 21).unwrap();
         o.set_frame_pointer(f, 1, 4).unwrap();
         o.add_epilogue(f, 19, 20).unwrap();
-        let u = unwinding_data(Arch::X86_64, &o.functions().get(0).unwrap()).unwrap();
+        let u = unwinding_data(Arch::X86_64, &o.functions().first().unwrap()).unwrap();
 
         // perf's layout: code at 0x80 (size 21), tables at ALIGN_8(0x80 + 21) = 0x98.
         let text = 0x80u64;

@@ -518,7 +518,7 @@ mod tests {
         let mut out = Vec::new();
         enc.encode_function(
             Arch::X86_64,
-            &o.functions().get(0).unwrap(),
+            &o.functions().first().unwrap(),
             &code,
             9,
             100,

@@ -11,6 +11,7 @@ use super::quiet::OPEN_CAPACITY;
 use super::route::{Context, DEFERRED};
 use super::state::State;
 use super::{jit_gdb_pending, Deferral, REGISTRY};
+use crate::descriptor::DebuggerList;
 
 /// Wakes the timer thread: the settings changed or a first registration became pending.
 static TIMER_WAKE: Condvar = Condvar::new();
@@ -61,19 +62,23 @@ fn timer_loop() {
     }
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Deferred mode on (`Some`) or off (`None`: what is pending is announced now).
     pub(super) fn set_deferral(&mut self, deferral: Option<Deferral>) {
         self.deferred = deferral.map(|d| Deferral {
             max_pending: d.max_pending.max(1),
             ..d
         });
-        DEFERRED.store(self.deferred.is_some(), Ordering::Relaxed);
+        if L::PROCESS {
+            DEFERRED.store(self.deferred.is_some(), Ordering::Relaxed);
+        }
         if self.deferred.is_none() {
             self.flush_now();
         }
-        // The timer looks at the new settings.
-        TIMER_WAKE.notify_all();
+        if L::PROCESS {
+            // The timer looks at the new settings.
+            TIMER_WAKE.notify_all();
+        }
     }
 
     /// A record was appended to `batch_id` in place while a debugger is attached (deferred
@@ -87,15 +92,18 @@ impl State {
             self.pending += 1;
             if self.pending_since.is_none() {
                 self.pending_since = Some(Instant::now());
-                if self.deferred.is_some_and(|d| d.max_delay.is_some()) {
+                // Only the process's registry has a timer (`timer_loop` flushes it).
+                if L::PROCESS && self.deferred.is_some_and(|d| d.max_delay.is_some()) {
                     // Started only now, under a debugger: a program that never has one
                     // (or runs under valgrind) never gets the thread.
                     start_timer();
                 }
                 // The timer sleeps until something is pending.
-                TIMER_WAKE.notify_all();
+                if L::PROCESS {
+                    TIMER_WAKE.notify_all();
+                }
             }
-            jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+            self.publish_pending();
         }
     }
 
@@ -116,7 +124,7 @@ impl State {
 
     /// `flush` in an operation of its own.
     pub(super) fn flush_now(&mut self) -> usize {
-        let ctx = Context::read(self.deferred.is_some());
+        let ctx = self.context();
         self.flush(&ctx)
     }
 
@@ -146,7 +154,7 @@ impl State {
         }
         self.pending = 0;
         self.pending_since = None;
-        jit_gdb_pending.store(0, Ordering::Relaxed);
+        self.publish_pending();
         n
     }
 
@@ -161,8 +169,17 @@ impl State {
                 if self.pending == 0 {
                     self.pending_since = None;
                 }
-                jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
+                self.publish_pending();
             }
+        }
+    }
+
+    /// Tells debugger scripts how many registrations are pending (`jit_gdb_pending`: the
+    /// process's registry only).
+    #[inline]
+    fn publish_pending(&self) {
+        if L::PROCESS {
+            jit_gdb_pending.store(self.pending as u64, Ordering::Relaxed);
         }
     }
 }

@@ -11,11 +11,12 @@ use super::batch::{decode_record, EntryCell, Kind, Place, Slot};
 use super::route::{attached_meanwhile, Context};
 use super::state::{offset32, State, FREE};
 use super::Format;
+use crate::descriptor::DebuggerList;
 use crate::error::Result;
 use crate::model::{Arch, JitObject};
 
 /// Growing payloads' buffers kept for reuse (see `State::spare_growing`).
-const SPARE_GROWING: usize = 2;
+pub(super) const SPARE_GROWING: usize = 2;
 
 /// Members of an ELF batch split off with its first or last member (see `State::peel`).
 pub(super) const PEEL: usize = 64;
@@ -123,7 +124,7 @@ fn kept_slot(
     }
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Appends the small ELF object `object` (member `id`, whose compact record without
     /// live check is `record`, empty if it may be plain) in place to the growing ELF batch,
     /// or to a new one when there is none or it is full. Returns the batch and the bytes the
@@ -155,7 +156,7 @@ impl State {
                         if !slot.place.has_bytes() && !plain {
                             self.set_model(id, Some(Arc::new(object.clone())));
                         }
-                        if attached_meanwhile(ctx) {
+                        if attached_meanwhile(&self.list, ctx) {
                             // It may have read the payload before.
                             self.republish(batch_id, false);
                         }
@@ -204,7 +205,7 @@ impl State {
     ) -> Result<Option<(u64, usize)>> {
         // Allocated before the payload: see `Batch::cell`.
         let cell = EntryCell::new();
-        let (mut buf, mut growing) = crate::elf::Growing::new(self.spare_growing.pop())?;
+        let (mut buf, mut growing) = crate::elf::Growing::new(self.spare_growing.take())?;
         let Some(bytes) = growing.append(&mut buf, object)? else {
             return Ok(None);
         };
@@ -222,7 +223,7 @@ impl State {
             b.records = records;
             b.kind = Kind::Growing(Box::new(growing));
         }
-        if attached_meanwhile(ctx) {
+        if attached_meanwhile(&self.list, ctx) {
             // It read the batch when linked; it is not told about appends.
             self.seal(batch_id);
         } else {
@@ -234,8 +235,8 @@ impl State {
     /// Keeps `buf`, a growing payload's buffer no longer linked, for reuse (see
     /// `State::spare_growing`).
     pub(super) fn keep_spare(&mut self, buf: Vec<u8>) {
-        if self.spare_growing.len() < SPARE_GROWING && buf.len() == crate::elf::GROWING_PAYLOAD {
-            self.spare_growing.push(buf);
+        if buf.len() == crate::elf::GROWING_PAYLOAD {
+            self.spare_growing.keep(buf);
         }
     }
 
@@ -290,7 +291,7 @@ impl State {
             again.push(item);
         }
         self.regrown += suffix;
-        let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.pop()) else {
+        let Some(mut buf) = growing.roll_back(&batch.buf, pos, self.spare_growing.take()) else {
             batch.kind = Kind::Growing(growing);
             return false;
         };
@@ -353,7 +354,7 @@ impl State {
         // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
         // take the old ones' place in the batch right after (the old payload is kept for
         // the next rollback only then, after the debugger was told).
-        unsafe { crate::descriptor::replace(batch.entry(), cell.entry.get()) };
+        unsafe { self.list.replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
         let old = std::mem::replace(&mut batch.buf, buf);
         growing.keep_mirror(old);
@@ -379,7 +380,7 @@ impl State {
         if batch.members.len() < RECOPY_MIN {
             return false;
         }
-        let Ok((mut buf, mut growing)) = crate::elf::Growing::new(self.spare_growing.pop()) else {
+        let Ok((mut buf, mut growing)) = crate::elf::Growing::new(self.spare_growing.take()) else {
             return false;
         };
         let mut slots = Vec::with_capacity(batch.members.len());

@@ -11,6 +11,7 @@ use super::growing::lossless;
 use super::route::Context;
 use super::state::{offset32, State};
 use super::Format;
+use crate::descriptor::DebuggerList;
 use crate::error::Result;
 use crate::model::{Arch, JitObject};
 
@@ -25,7 +26,7 @@ pub(super) const FAN_IN: usize = 32;
 /// Levels of the merge tree below the sealed batches at its top.
 const LEVELS: usize = 2;
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Merges the entries waiting at `level` of `format`, however few.
     pub(super) fn merge_waiting(&mut self, ctx: &Context, format: Format, level: usize) {
         let ids = self

@@ -50,17 +50,21 @@
 //! - `route`: the policy, pure functions of an operation's context (debugger attached,
 //!   deferred mode, reader budget) and its input;
 //! - `state`, `batch`: the slab of batches (debugger entries) and their kinds, the
-//!   registered objects, their models and live slots;
+//!   registered objects, their models and live slots; the state links its entries into a
+//!   [`crate::descriptor::DebuggerList`]: the process's list, or (unit tests, `tests`) a
+//!   list of a test's own that records what a debugger would have been told;
 //! - `quiet`: compact batches appended to in place, tombstones;
 //! - `growing`: growing ELF payloads (append, roll back, split an end off, rebuild by copies);
 //! - `merge`: the merge tree under a debugger;
 //! - `remove`: unregistration and rewrites;
-//! - `deferred`: deferred mode and its timer thread.
+//! - `deferred`: deferred mode and its timer thread;
+//! - `pool`: the spare buffers kept for reuse, and why.
 
 mod batch;
 mod deferred;
 mod growing;
 mod merge;
+mod pool;
 mod quiet;
 mod remove;
 mod route;
@@ -68,6 +72,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
+use std::ops::DerefMut;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
@@ -75,6 +80,7 @@ use std::time::Duration;
 use self::batch::{EntryCell, Kind, Place, Slot};
 use self::route::{Context, Path, Route, Shape};
 use self::state::{offset32, spare_payload, State};
+use crate::descriptor::DebuggerList;
 use crate::error::{PayloadFormat, Result};
 use crate::format::LiveCheck;
 use crate::model::{Arch, JitObject};
@@ -144,6 +150,28 @@ pub struct Registration {
 /// their own for good. Set `JIT_GDB_ALWAYS_NOTIFY=1` for debuggers that do not plant an
 /// `int3` there (hardware breakpoints, rr replay).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
+    let (id, functions, payload_len) =
+        register_in(Context::for_registration(), registry, object, format)?;
+    // Profiler outputs (perf map, jitdump) never fail the registration.
+    crate::perf::registered(object);
+    Ok(Registration {
+        id,
+        format,
+        functions,
+        payload_len: payload_len as u64,
+    })
+}
+
+/// A registration but its handle, in the registry `lock` gives (taken once `object` is
+/// encoded), routed in `ctx`: returns its member index, its number of functions and its own
+/// payload's size. The process's registry, or a unit test's over a list of its own.
+#[inline]
+fn register_in<L: DebuggerList, S: DerefMut<Target = State<L>>>(
+    mut ctx: Context,
+    lock: impl FnOnce() -> S,
+    object: &JitObject,
+    format: Format,
+) -> Result<(u32, u32, usize)> {
     thread_local! {
         /// Compact records are encoded here, then copied into their batch: no allocation per
         /// registration for the record.
@@ -152,7 +180,6 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     // Validated by the encoders (first thing they do), not twice here.
     let functions = object.functions().len();
     let arch = object.arch();
-    let mut ctx = Context::for_registration();
     let route = route::route(
         &ctx,
         &Shape {
@@ -170,15 +197,8 @@ pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
             format: format.into(),
             why: format!("{functions} functions in one object"),
         })?;
-        let (id, payload_len) = registry().place(&mut ctx, &route, object, &mut scratch, own)?;
-        // Profiler outputs (perf map, jitdump) never fail the registration.
-        crate::perf::registered(object);
-        Ok(Registration {
-            id,
-            format,
-            functions: functions32,
-            payload_len: payload_len as u64,
-        })
+        let (id, payload_len) = lock().place(&mut ctx, &route, object, &mut scratch, own)?;
+        Ok((id, functions32, payload_len))
     })
 }
 
@@ -254,7 +274,7 @@ fn encode(
     })
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Puts a registration of `object` (its compact `record`, live check to be patched in,
     /// and what else was encoded) where `route` says: in place if there is room, else in
     /// an entry of its own, merged with others. Returns its member index and its own
@@ -337,7 +357,7 @@ fn encode_alone(object: &JitObject) -> Result<(u32, Vec<u8>)> {
     Ok((offset32(payload.len(), Format::Elf)?, payload))
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Links an entry of member `id`'s own: its compact `record`, or its `elf` payload, whose
     /// last `own_len` bytes are the member's. The caller merges it.
     #[allow(clippy::too_many_arguments)]
@@ -379,7 +399,7 @@ impl State {
             Kind::Merging { level: 0 }
         };
         if route.entry.read_by_reader {
-            route::read_by_reader(functions);
+            self.count_read_by_reader(functions);
         }
         self.link_new(cell, route.encoding, kind, buf, vec![slot])
     }

@@ -10,7 +10,8 @@ use super::batch::{Batch, EntryCell, Kind, Place, Slot};
 use super::route::{attached_meanwhile, Context};
 use super::state::{State, FREE};
 use super::Format;
-use crate::descriptor;
+use crate::descriptor::DebuggerList;
+
 use crate::model::Arch;
 
 /// Capacity of an in-place (no debugger) batch payload. GDB copies a payload whole when it
@@ -33,7 +34,7 @@ fn open_index(arch: Arch) -> usize {
     }
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Appends a compact record to the open batch of `arch` in place (a new open batch when
     /// there is none or it is full). No debugger was attached when the caller looked (or
     /// deferred mode is on); if one is attached now it may have read the payload before the
@@ -61,8 +62,8 @@ impl State {
                 // SAFETY: the entry is linked and points at `buf`, which did not move (the
                 // append stayed within its capacity); the new size ends on a record boundary;
                 // entries are written only under the registry's lock, which is held.
-                unsafe { descriptor::set_size(batch.entry(), batch.buf.len()) };
-                if attached_meanwhile(ctx) {
+                unsafe { self.list.set_size(batch.entry(), batch.buf.len()) };
+                if attached_meanwhile(&self.list, ctx) {
                     if self.deferred.is_some() {
                         self.note_pending(batch_id);
                     } else {
@@ -131,7 +132,7 @@ impl State {
         for &id in ids {
             self.live.get(id as usize).store(0, Ordering::Release);
         }
-        if attached_meanwhile(ctx) {
+        if attached_meanwhile(&self.list, ctx) {
             self.rewrite(ctx, batch_id);
             if !ctx.deferred {
                 self.seal(batch_id);

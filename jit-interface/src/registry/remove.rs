@@ -9,6 +9,7 @@ use super::quiet::OPEN_CAPACITY;
 use super::route::{self, Context, Leaving, Removal};
 use super::state::State;
 use super::Format;
+use crate::descriptor::DebuggerList;
 
 /// Says once per process that a batch could not be rewritten without an object that left
 /// it (a bug of ours: what the registry kept of its own objects did not decode or encode
@@ -25,7 +26,7 @@ fn stale_batch(why: &str) {
     }
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
     /// Unregisters member `id`. Its entry is unlinked if it held nothing else. Otherwise,
     /// without a debugger, the object's live slot is cleared and its record left in place (a
     /// tombstone, skipped by every reader); with one, the batch is rewritten without it.
@@ -33,7 +34,7 @@ impl State {
         let Some(batch) = self.take_member(id) else {
             return;
         };
-        let mut ctx = Context::read(self.deferred.is_some());
+        let mut ctx = self.context();
         self.unregister(&mut ctx, batch, &[id]);
         self.live.get(id as usize).store(0, Ordering::Release);
         self.free.push(id);
@@ -49,7 +50,7 @@ impl State {
                 taken.push((batch, id));
             }
         }
-        let mut ctx = Context::read(self.deferred.is_some());
+        let mut ctx = self.context();
         // Grouped by batch, each group's ids sorted (`unregister` searches them).
         taken.sort_unstable();
         for group in taken.chunk_by(|a, b| a.0 == b.0) {

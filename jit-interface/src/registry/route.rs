@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use super::growing::{PEEL, PEEL_MAX};
 use super::quiet::OPEN_RECORD_MAX;
 use super::Format;
-use crate::descriptor;
+use crate::descriptor::{self, DebuggerList};
 
 /// Objects with at least this many functions get a debugger entry of their own for good:
 /// they register in one stop and are never copied or re-encoded.
@@ -37,7 +37,7 @@ pub(super) const BIG_OBJECT: usize = 64;
 /// `JIT_GDB_READER_BUDGET=N` in the environment sets another budget (0: always ELF).
 const READER_BUDGET: usize = 30_000;
 
-fn reader_budget() -> usize {
+pub(super) fn reader_budget() -> usize {
     static BUDGET: OnceLock<usize> = OnceLock::new();
     *BUDGET.get_or_init(|| {
         let Some(v) = std::env::var_os("JIT_GDB_READER_BUDGET") else {
@@ -57,11 +57,12 @@ fn reader_budget() -> usize {
     })
 }
 
-/// Functions announced so far in small compact entries of their own to an attached debugger
-/// (never reset: a debugger that detaches and attaches again keeps what it leaked).
+/// Mirrors `State::read_by_reader` of the process's registry, for a registration's context,
+/// read before it takes the lock.
 static READ_BY_READER: AtomicUsize = AtomicUsize::new(0);
 
-/// `functions` more were announced in small compact entries of their own.
+/// `functions` more were announced in small compact entries of their own (the process's
+/// registry: see `State::count_read_by_reader`).
 #[inline]
 pub(super) fn read_by_reader(functions: usize) {
     READ_BY_READER.fetch_add(functions, Ordering::Relaxed);
@@ -74,7 +75,8 @@ pub(super) static DEFERRED: AtomicBool = AtomicBool::new(false);
 /// What an operation's decisions depend on besides its own input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Context {
-    /// A debugger watches the hook ([`descriptor::debugger_attached`]).
+    /// A debugger watches the hook (the state's list says so: `DebuggerList::attached`,
+    /// for the process's list [`descriptor::debugger_attached`]).
     pub(super) attached: bool,
     /// Deferred mode is on ([`super::set_deferred`]).
     pub(super) deferred: bool,
@@ -84,31 +86,34 @@ pub(super) struct Context {
 }
 
 impl Context {
-    /// The context of an operation under the registry's lock, in deferred mode or not.
+    /// The context of an operation under the registry's lock (see `State::context`).
     #[inline]
-    pub(super) fn read(deferred: bool) -> Context {
+    pub(super) fn read(attached: bool, deferred: bool) -> Context {
         Context {
-            attached: descriptor::debugger_attached(),
+            attached,
             deferred,
             budget_spent: false,
         }
     }
 
-    /// The context of a registration, before it takes the lock.
+    /// The context of a registration to the process's registry, before it takes the lock.
     #[inline]
     pub(super) fn for_registration() -> Context {
         Context {
             budget_spent: READ_BY_READER.load(Ordering::Relaxed) >= reader_budget(),
-            ..Context::read(DEFERRED.load(Ordering::Relaxed))
+            ..Context::read(
+                descriptor::debugger_attached(),
+                DEFERRED.load(Ordering::Relaxed),
+            )
         }
     }
 }
 
-/// Looks at the hook again after a change made in place without a stop: true if a debugger
-/// is attached now, which `ctx` then says from here on.
+/// Looks at `list`'s hook again after a change made in place without a stop: true if a
+/// debugger is attached now, which `ctx` then says from here on.
 #[inline]
-pub(super) fn attached_meanwhile(ctx: &mut Context) -> bool {
-    let attached = descriptor::debugger_attached();
+pub(super) fn attached_meanwhile(list: &impl DebuggerList, ctx: &mut Context) -> bool {
+    let attached = list.attached();
     ctx.attached |= attached;
     attached
 }

@@ -9,9 +9,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::batch::{Batch, EntryCell, Kind, Slot};
+use super::growing::SPARE_GROWING;
 use super::merge::FAN_IN;
+use super::pool::Pool;
+use super::route::{self, Context};
 use super::{Deferral, Format, MergeStats};
-use crate::descriptor;
+use crate::descriptor::{DebuggerList, ProcessList};
 use crate::error::Result;
 use crate::model::JitObject;
 
@@ -31,9 +34,9 @@ thread_local! {
     /// Payload buffers of dropped one-object ELF entries (a merge drops `FAN_IN` of them at
     /// once), reused by this thread's next ELF registrations: registering small ELF objects
     /// one by one then allocates no payload, and glibc's malloc no longer sorts its free
-    /// lists before each of those (about 1 KiB) allocations.
-    static SPARE_PAYLOADS: std::cell::RefCell<Vec<Vec<u8>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// lists before each of those (about 1 KiB) allocations. (See `pool`.)
+    static SPARE_PAYLOADS: std::cell::RefCell<Pool<SPARE_COUNT>> =
+        const { std::cell::RefCell::new(Pool::new()) };
 }
 
 /// At most this many spare payload buffers per thread, each of at most `SPARE_MAX` bytes.
@@ -44,7 +47,7 @@ const SPARE_MAX: usize = 4096;
 #[inline]
 pub(super) fn spare_payload() -> Vec<u8> {
     SPARE_PAYLOADS
-        .with(|p| p.borrow_mut().pop())
+        .with(|p| p.borrow_mut().take())
         .unwrap_or_default()
 }
 
@@ -164,8 +167,12 @@ impl LiveSlots {
 /// Maps and vectors rather than hash maps: their nodes are referenced by start address, so
 /// leak checkers (valgrind) see registrations still live at exit as reachable, not "possibly
 /// lost".
+///
+/// `L` is the debugger list the batches' entries are linked into: the process's, but for
+/// unit tests (see `descriptor::DebuggerList`).
 #[derive(Default)]
-pub(super) struct State {
+pub(super) struct State<L = ProcessList> {
+    pub(super) list: L,
     pub(super) batches: Batches,
     /// Registered objects by index (`Registration::id`); free indices are reused.
     pub(super) members: Vec<Member>,
@@ -196,13 +203,17 @@ pub(super) struct State {
     /// payload and the rollbacks' mirror), and the next growing batch takes one when it
     /// is made and one at its first rollback (measured: with one, a 256 KiB `calloc`,
     /// memory the allocator had to zero, took a fifth of `scale_host churn 2 5000 elf`).
-    pub(super) spare_growing: Vec<Vec<u8>>,
+    pub(super) spare_growing: Pool<SPARE_GROWING>,
     /// Objects appended to growing batches as registered, and appended again when an
     /// object before them left (see `regrow`).
     pub(super) grown: u64,
     pub(super) regrown: u64,
     /// Linked batches that are ends split off others (`State::peel`).
     pub(super) peeled: usize,
+    /// Functions announced so far in small compact entries of their own to an attached
+    /// debugger, against the reader budget (see `route::READER_BUDGET`; never reset: a
+    /// debugger that detaches and attaches again keeps what it leaked).
+    pub(super) read_by_reader: usize,
     /// Registrations so far, mixed into live keys (see `State::fresh_live_key`).
     keys: u64,
     key_seed: u64,
@@ -219,7 +230,7 @@ pub(super) struct State {
 
 // SAFETY: the entries' raw pointers are only read or written under the descriptor's lock or by
 // the debugger while the process is stopped; the state itself is only touched under REGISTRY.
-unsafe impl Send for State {}
+unsafe impl<L: Send> Send for State<L> {}
 
 /// `n` as a 32-bit offset or length within a `format` payload: payloads held in batches
 /// stay below 4 GiB.
@@ -233,7 +244,32 @@ pub(super) fn offset32(n: usize, format: Format) -> Result<u32> {
     })
 }
 
-impl State {
+impl<L: DebuggerList> State<L> {
+    /// The context of an operation under the registry's lock (see `route::Context`).
+    #[inline]
+    pub(super) fn context(&self) -> Context {
+        Context::read(self.list.attached(), self.deferred.is_some())
+    }
+
+    /// The context of a registration, read from the state itself. (The process's registry
+    /// reads it before taking its lock, from statics: `Context::for_registration`.)
+    #[cfg(test)]
+    pub(super) fn registration_context(&self) -> Context {
+        Context {
+            budget_spent: self.read_by_reader >= route::reader_budget(),
+            ..self.context()
+        }
+    }
+
+    /// `functions` more were announced in small compact entries of their own.
+    #[inline]
+    pub(super) fn count_read_by_reader(&mut self, functions: usize) {
+        self.read_by_reader += functions;
+        if L::PROCESS {
+            route::read_by_reader(functions);
+        }
+    }
+
     /// A fresh nonzero key for a live slot: unique per registration within a process, and
     /// unlikely to be found by chance in memory that was freed and reused. (Under the
     /// registry's lock: a plain counter, no atomic.)
@@ -350,7 +386,7 @@ impl State {
         // SAFETY: the cell is boxed (stable address) and its payload is owned by the same
         // batch, never reallocated while linked; both live until the entry is unlinked or
         // replaced (`unlink_batch`, `swap_payload`, `republish`, `regrow`).
-        unsafe { descriptor::link(batch.entry()) };
+        unsafe { self.list.link(batch.entry()) };
         let batch_id = self.batches.insert(batch);
         if let Some(batch) = self.batches.get(batch_id) {
             for s in &batch.members {
@@ -378,7 +414,7 @@ impl State {
         }
         // SAFETY: linked when created (`link_new`) or swapped in (`swap_payload`,
         // `republish`, `regrow`), unlinked only here, which also takes it out of `batches`.
-        unsafe { descriptor::unlink(batch.entry()) };
+        unsafe { self.list.unlink(batch.entry()) };
         let level = batch.merge_level();
         if let Some(level) = level {
             if let Some(list) = self.levels.get_mut(&(batch.format as u8, level)) {
@@ -391,12 +427,7 @@ impl State {
             return;
         }
         if batch.format == Format::Elf && level == Some(0) && batch.buf.capacity() <= SPARE_MAX {
-            SPARE_PAYLOADS.with(|p| {
-                let mut p = p.borrow_mut();
-                if p.len() < SPARE_COUNT {
-                    p.push(batch.buf);
-                }
-            });
+            SPARE_PAYLOADS.with(|p| p.borrow_mut().keep(batch.buf));
         }
         // The batch (payload and tombstone slots) is freed here, after the unlink.
     }
@@ -419,7 +450,7 @@ impl State {
         // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
         // take the old ones' place in the batch right after (the old payload is freed only
         // then, after the debugger was told).
-        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
+        unsafe { self.list.replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
         let old = std::mem::replace(&mut batch.buf, buf);
         batch.members = members;
@@ -448,7 +479,7 @@ impl State {
         let cell = EntryCell::pointing_at(&batch.buf);
         // SAFETY: the old cell is linked; the new one is boxed, points at the same payload
         // (owned by the batch), and takes the old one's place in the batch right after.
-        unsafe { descriptor::replace(batch.entry(), cell.entry.get()) };
+        unsafe { self.list.replace(batch.entry(), cell.entry.get()) };
         batch.cell = cell;
         if !keep_open {
             self.seal(batch_id);

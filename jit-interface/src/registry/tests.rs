@@ -1,14 +1,188 @@
 //! Tests that look inside the registry's state: the batches objects end up in, what each
 //! member keeps.
 
+use std::cell::Cell;
+
 use super::batch::{position_of, Batch, EntryCell, Kind, Place, Slot};
 use super::merge::FAN_IN;
+use super::route;
 use super::state::{Batches, Member, FREE};
 use super::*;
+use crate::descriptor::JitCodeEntry;
 
-/// Tests that look at the batches their objects are in, one at a time: the registry is
-/// the process's, and objects another test drops rebuild the batches they share.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// What the registry did to a [`FakeList`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Link,
+    Unlink,
+    Replace,
+    /// A size changed in place (no hook call).
+    Resize,
+}
+
+/// A debugger list of a test's own: it keeps its entries (head first, as the process's
+/// list), records what the registry did, and counts the hook calls a real list would make
+/// and the stops they would be with a debugger attached. It says "attached" as the test
+/// sets it, or from its `attach_at`-th look on (a debugger that attaches in the middle of an
+/// operation). The registry's state over it is the one the process uses, but for the list.
+#[derive(Default)]
+struct FakeList {
+    entries: Vec<*mut JitCodeEntry>,
+    ops: Vec<Op>,
+    /// Hook calls (a replace is two, as in `descriptor::replace`).
+    hook_calls: usize,
+    /// Hook calls made while attached: the stops a debugger would have made.
+    stops: usize,
+    attached: bool,
+    attach_at: Option<usize>,
+    looks: Cell<usize>,
+}
+
+impl FakeList {
+    fn now_attached(&self) -> bool {
+        self.attached || self.attach_at.is_some_and(|at| self.looks.get() >= at)
+    }
+
+    fn hook(&mut self, calls: usize) {
+        self.hook_calls += calls;
+        if self.now_attached() {
+            self.stops += calls;
+        }
+    }
+
+    /// The payloads of the linked entries, head first.
+    fn payloads(&self) -> Vec<&[u8]> {
+        self.entries
+            .iter()
+            // SAFETY: linked entries point at payloads their batches own; the state (which
+            // holds this list and those batches) is borrowed while the slices live.
+            .map(|&e| unsafe {
+                std::slice::from_raw_parts((*e).symfile_addr, (*e).symfile_size as usize)
+            })
+            .collect()
+    }
+
+    /// Records and empties the operations so far.
+    fn take_ops(&mut self) -> Vec<Op> {
+        std::mem::take(&mut self.ops)
+    }
+}
+
+impl DebuggerList for FakeList {
+    const PROCESS: bool = false;
+
+    unsafe fn link(&mut self, entry: *mut JitCodeEntry) {
+        assert!(!self.entries.contains(&entry), "linked twice");
+        self.entries.insert(0, entry);
+        self.ops.push(Op::Link);
+        self.hook(1);
+    }
+
+    unsafe fn unlink(&mut self, entry: *mut JitCodeEntry) {
+        let at = self.entries.iter().position(|&e| e == entry);
+        self.entries
+            .remove(at.expect("unlinked an entry not in the list"));
+        self.ops.push(Op::Unlink);
+        self.hook(1);
+    }
+
+    unsafe fn replace(&mut self, old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
+        let at = self.entries.iter().position(|&e| e == old);
+        self.entries[at.expect("replaced an entry not in the list")] = new;
+        self.ops.push(Op::Replace);
+        self.hook(2);
+    }
+
+    unsafe fn set_size(&mut self, entry: *mut JitCodeEntry, size: usize) {
+        assert!(
+            self.entries.contains(&entry),
+            "resized an entry not in the list"
+        );
+        // SAFETY: per the contract, a linked entry whose payload holds `size` bytes.
+        unsafe { (*entry).symfile_size = size as u64 };
+        self.ops.push(Op::Resize);
+    }
+
+    fn attached(&self) -> bool {
+        self.looks.set(self.looks.get() + 1);
+        self.now_attached()
+    }
+}
+
+type Fake = State<FakeList>;
+
+/// Registers `object` in `st` as `register` does in the process's registry; its member id.
+fn reg(st: &mut Fake, object: &JitObject, format: Format) -> u32 {
+    let ctx = st.registration_context();
+    register_in(ctx, || &mut *st, object, format)
+        .expect("register")
+        .0
+}
+
+/// A one-function object at `start`, with a frame-pointer frame and, if `file` is given,
+/// line rows in it.
+fn one(name: &str, start: u64, file: Option<&str>) -> JitObject {
+    let mut o = JitObject::new();
+    let f = o.add_function(name, start, 64).unwrap();
+    if let Some(file) = file {
+        let rows = [
+            crate::model::LineRow { offset: 0, line: 3 },
+            crate::model::LineRow { offset: 8, line: 9 },
+        ];
+        o.set_lines(f, file, &rows).unwrap();
+    }
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o
+}
+
+/// The names of the live functions in a payload: a compact one's records whose live slot
+/// holds their key, an ELF one's function symbols (ELF has no live check).
+fn live_names(payload: &[u8]) -> Vec<String> {
+    if payload.starts_with(b"\x7fELF") {
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(payload).expect("an ELF payload");
+        return file
+            .symbols()
+            .filter(|s| s.kind() == object::SymbolKind::Text)
+            .map(|s| s.name().unwrap().to_string())
+            .collect();
+    }
+    crate::format::decode_all(payload)
+        .expect("a compact payload")
+        .into_iter()
+        .filter(|d| {
+            // SAFETY: live slots are never freed (`LiveSlots`), and the state that owns
+            // them is alive while its payloads are looked at.
+            d.live
+                .is_some_and(|l| unsafe { (l.address as *const u64).read_volatile() } == l.key)
+        })
+        .flat_map(|d| {
+            d.object
+                .functions()
+                .iter()
+                .map(|f| f.name().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Every live function name the list shows, sorted.
+fn listed(st: &Fake) -> Vec<String> {
+    let mut names: Vec<String> = st
+        .list
+        .payloads()
+        .into_iter()
+        .flat_map(live_names)
+        .collect();
+    names.sort();
+    names
+}
+
+fn names(prefix: &str, range: std::ops::Range<u64>) -> Vec<String> {
+    let mut v: Vec<String> = range.map(|i| format!("{prefix}_{i:04}")).collect();
+    v.sort();
+    v
+}
 
 fn batch() -> Batch {
     Batch::new(
@@ -65,63 +239,51 @@ fn a_batch_id_outlives_its_batch_without_finding_another() {
 /// entry stays a growing payload.
 #[test]
 fn grown_batches_losing_objects_here_and_there_keep_no_models() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = Fake::default();
     let base = 0x5e80_0000_0000u64;
-    let mut regs: Vec<Option<Registration>> = (0..3500u64)
+    let mut ids: Vec<Option<u32>> = (0..3500u64)
         .map(|i| {
-            let mut o = JitObject::new();
-            let f = o
-                .add_function(&format!("spread_{i:04}"), base + i * 64, 64)
-                .unwrap();
-            let rows = [
-                crate::model::LineRow {
-                    offset: 0,
-                    line: 3 + i as u32 % 5,
-                },
-                crate::model::LineRow { offset: 8, line: 9 },
-            ];
-            o.set_lines(f, &format!("spread{}.js", i % 3), &rows)
-                .unwrap();
-            o.set_frame_pointer(f, 1, 4).unwrap();
-            Some(register(&o, Format::Elf).unwrap())
+            let o = one(
+                &format!("spread_{i:04}"),
+                base + i * 64,
+                Some(&format!("spread{}.js", i % 3)),
+            );
+            Some(reg(&mut st, &o, Format::Elf))
         })
         .collect();
     // Every 25th object of each full payload, away from its ends (which are peeled).
+    let full: Vec<Vec<u32>> = ids
+        .iter()
+        .flatten()
+        .filter_map(|&id| st.member_ref(id).map(|m| st.batches.id_at(m.batch)))
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .filter(|&b| b != st.growing && b != st.retired)
+        .filter_map(|b| st.batches.get(b))
+        .filter(|b| matches!(b.kind, Kind::Grown(_)) && b.members.len() > 300)
+        .map(|b| b.members.iter().map(|s| s.id).collect())
+        .collect();
+    assert!(!full.is_empty(), "no payload filled up");
+    let entries = st.list.entries.len();
+    st.list.take_ops();
     let mut dropped = 0;
-    {
-        let st = registry();
-        let full: Vec<Vec<u32>> = regs
-            .iter()
-            .flatten()
-            .filter_map(|r| st.member_ref(r.id).map(|m| st.batches.id_at(m.batch)))
-            .collect::<std::collections::BTreeSet<u64>>()
-            .into_iter()
-            .filter(|&b| b != st.growing && b != st.retired)
-            .filter_map(|b| st.batches.get(b))
-            .filter(|b| matches!(b.kind, Kind::Grown(_)) && b.members.len() > 300)
-            .map(|b| b.members.iter().map(|s| s.id).collect())
-            .collect();
-        drop(st);
-        assert!(!full.is_empty(), "no payload filled up");
-        for members in full {
-            for id in members[100..members.len() - 100].iter().step_by(25) {
-                if let Some(r) = regs
-                    .iter_mut()
-                    .find(|r| r.as_ref().is_some_and(|r| r.id == *id))
-                {
-                    drop(r.take());
-                    dropped += 1;
-                }
+    for members in full {
+        for id in members[100..members.len() - 100].iter().step_by(25) {
+            if let Some(slot) = ids.iter_mut().find(|s| **s == Some(*id)) {
+                st.remove(slot.take().unwrap());
+                dropped += 1;
             }
         }
     }
     assert!(dropped > 40, "only {dropped} objects dropped");
-    let st = registry();
-    for (i, r) in regs.iter().enumerate() {
-        let Some(r) = r else { continue };
-        assert!(st.model_of(r.id).is_none(), "spread_{i:04} has a model");
+    // Each drop replaced its entry: no entry more or less, nothing linked or unlinked.
+    assert_eq!(st.list.entries.len(), entries);
+    assert!(st.list.take_ops().iter().all(|op| *op == Op::Replace));
+    for (i, id) in ids.iter().enumerate() {
+        let Some(id) = *id else { continue };
+        assert!(st.model_of(id).is_none(), "spread_{i:04} has a model");
         let batch = st
-            .member_ref(r.id)
+            .member_ref(id)
             .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
             .expect("the batch");
         assert_eq!(
@@ -129,7 +291,7 @@ fn grown_batches_losing_objects_here_and_there_keep_no_models() {
             crate::elf::GROWING_PAYLOAD,
             "spread_{i:04}"
         );
-        let slot = batch.members.iter().find(|s| s.id == r.id).expect("a slot");
+        let slot = batch.members.iter().find(|s| s.id == id).expect("a slot");
         let back = batch.decode_member(slot).expect("read back");
         let f = back.functions().first().expect("its function");
         assert_eq!(
@@ -143,72 +305,72 @@ fn grown_batches_losing_objects_here_and_there_keep_no_models() {
                 format!("spread_{i:04}").as_str(),
                 base + i as u64 * 64,
                 Some(format!("spread{}.js", i % 3).as_str()),
-                Some(3 + i as u32 % 5)
+                Some(3)
             )
         );
     }
-    drop(st);
-    drop(regs);
+    // The list shows exactly the objects left.
+    let left: Vec<u64> = (0..3500u64)
+        .filter(|&i| ids[i as usize].is_some())
+        .collect();
+    let mut want: Vec<String> = left.iter().map(|i| format!("spread_{i:04}")).collect();
+    want.sort();
+    assert_eq!(listed(&st), want);
 }
 
 /// Once one-function ELF objects are in a sealed batch, they keep their compact records
 /// there, not their models (about four times larger).
 #[test]
 fn sealed_elf_members_keep_records_not_models() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = Fake::default();
     let base = 0x5b00_0000_0000u64;
-    let regs: Vec<Registration> = (0..(FAN_IN * FAN_IN) as u64)
+    let ids: Vec<u32> = (0..(FAN_IN * FAN_IN) as u64)
         .map(|i| {
-            let mut o = JitObject::new();
-            let f = o
-                .add_function(&format!("records_{i:04}"), base + i * 64, 64)
-                .unwrap();
-            o.set_frame_pointer(f, 1, 4).unwrap();
-            register(&o, Format::Elf).unwrap()
+            reg(
+                &mut st,
+                &one(&format!("records_{i:04}"), base + i * 64, None),
+                Format::Elf,
+            )
         })
         .collect();
-    let st = registry();
-    let with_model = regs.iter().filter(|r| st.model_of(r.id).is_some()).count();
+    let with_model = ids.iter().filter(|&&id| st.model_of(id).is_some()).count();
     assert_eq!(
         with_model, 0,
         "members of the sealed batch that kept a model"
     );
     let batch = st
-        .member_ref(regs[0].id)
+        .member_ref(ids[0])
         .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
         .expect("the batch");
     assert_eq!((batch.format, batch.merge_level()), (Format::Elf, None));
-    assert!(batch.records.len() > crate::format::HEADER_LEN * regs.len());
-    drop(st);
-    drop(regs);
+    assert!(batch.records.len() > crate::format::HEADER_LEN * ids.len());
+    assert_eq!(listed(&st), names("records", 0..(FAN_IN * FAN_IN) as u64));
 }
 
 /// One-function ELF objects with line rows, appended to a growing payload without a
 /// debugger, keep neither a model nor a compact record: the payload is read back.
 #[test]
 fn plain_elf_members_keep_neither_records_nor_models() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let mut st = Fake::default();
     let base = 0x5d00_0000_0000u64;
-    let regs: Vec<Registration> = (0..64u64)
+    let ids: Vec<u32> = (0..64u64)
         .map(|i| {
-            let mut o = JitObject::new();
-            let f = o
-                .add_function(&format!("plain_{i:04}"), base + i * 64, 64)
-                .unwrap();
-            let rows = [crate::model::LineRow { offset: 0, line: 3 }];
-            o.set_lines(f, "plain.js", &rows).unwrap();
-            o.set_frame_pointer(f, 1, 4).unwrap();
-            register(&o, Format::Elf).unwrap()
+            reg(
+                &mut st,
+                &one(&format!("plain_{i:04}"), base + i * 64, Some("plain.js")),
+                Format::Elf,
+            )
         })
         .collect();
-    let st = registry();
-    for (i, r) in regs.iter().enumerate() {
-        assert!(st.model_of(r.id).is_none(), "a plain member kept a model");
+    // One growing payload, linked once, grown in place without a hook call.
+    assert_eq!(st.list.take_ops(), [Op::Link]);
+    for (i, &id) in ids.iter().enumerate() {
+        assert!(st.model_of(id).is_none(), "a plain member kept a model");
         let batch = st
-            .member_ref(r.id)
+            .member_ref(id)
             .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
             .expect("the batch");
-        let slot = batch.members.iter().find(|s| s.id == r.id).expect("a slot");
+        let slot = batch.members.iter().find(|s| s.id == id).expect("a slot");
         assert!(!slot.place.has_bytes(), "a plain member kept a record");
         let back = batch.decode_member(slot).expect("read back");
         let f = back.functions().first().expect("its function");
@@ -221,8 +383,6 @@ fn plain_elf_members_keep_neither_records_nor_models() {
             )
         );
     }
-    drop(st);
-    drop(regs);
 }
 
 #[test]
@@ -231,4 +391,332 @@ fn slots_and_members_stay_small() {
     assert_eq!(std::mem::size_of::<Slot>(), 12);
     assert_eq!(std::mem::size_of::<Member>(), 4);
     assert_eq!(std::mem::size_of::<Registration>(), 24);
+}
+
+/// Without a debugger, small compact objects are appended in place to one entry (one hook
+/// call, for its link; sizes changed in place); unregistering leaves tombstones (no hook
+/// call) until dead records are the larger part, then the entry is rewritten once.
+#[test]
+fn quiet_appends_and_tombstones_make_no_stops() {
+    let mut st = Fake::default();
+    let base = 0x5c00_0000_0000u64;
+    let ids: Vec<u32> = (0..200u64)
+        .map(|i| {
+            reg(
+                &mut st,
+                &one(&format!("quiet_{i:04}"), base + i * 64, None),
+                Format::Compact,
+            )
+        })
+        .collect();
+    let mut want = vec![Op::Link];
+    want.resize(200, Op::Resize);
+    assert_eq!(st.list.take_ops(), want);
+    assert_eq!(
+        (st.list.entries.len(), st.list.hook_calls, st.list.stops),
+        (1, 1, 0)
+    );
+    assert_eq!(listed(&st), names("quiet", 0..200));
+    // A few leave: tombstones, no hook call; the list shows the others.
+    for &id in &ids[..10] {
+        st.remove(id);
+    }
+    assert_eq!(st.list.take_ops(), []);
+    assert_eq!(listed(&st), names("quiet", 10..200));
+    // Most leave: the entry is rewritten (swapped in place) once dead records dominate.
+    for &id in &ids[10..190] {
+        st.remove(id);
+    }
+    let ops = st.list.take_ops();
+    assert!(
+        !ops.is_empty() && ops.iter().all(|op| *op == Op::Replace),
+        "{ops:?}"
+    );
+    assert_eq!(listed(&st), names("quiet", 190..200));
+    for &id in &ids[190..] {
+        st.remove(id);
+    }
+    // (Rewritten again once its dead records dominate again,) unlinked once empty.
+    let ops = st.list.take_ops();
+    assert_eq!(ops.last(), Some(&Op::Unlink), "{ops:?}");
+    assert!(
+        ops[..ops.len() - 1].iter().all(|op| *op == Op::Replace),
+        "{ops:?}"
+    );
+    assert!(st.list.entries.is_empty());
+}
+
+/// A debugger attaching switches registrations to entries of their own (one stop each, the
+/// open batch sealed: it read it on attach); once it detaches they go in place again, to a
+/// new batch.
+#[test]
+fn attach_and_detach_switch_between_in_place_and_own_entries() {
+    let mut st = Fake::default();
+    let base = 0x5c10_0000_0000u64;
+    let obj = |i: u64| one(&format!("switch_{i:04}"), base + i * 64, None);
+    for i in 0..3 {
+        reg(&mut st, &obj(i), Format::Compact);
+    }
+    let quiet_batch = st.open[0];
+    assert_ne!(quiet_batch, FREE);
+    st.list.take_ops();
+
+    st.list.attached = true;
+    reg(&mut st, &obj(3), Format::Compact);
+    assert_eq!(st.list.take_ops(), [Op::Link]);
+    assert_eq!((st.list.entries.len(), st.list.stops), (2, 1));
+    assert_eq!(st.open[0], FREE, "the open batch is sealed");
+    assert!(matches!(
+        st.batches.get(quiet_batch).map(|b| &b.kind),
+        Some(Kind::Sealed)
+    ));
+    // An ELF object under a debugger: an entry of its own too (no growing payload).
+    reg(
+        &mut st,
+        &one("switch_elf", base + 0x10_0000, Some("s.js")),
+        Format::Elf,
+    );
+    assert_eq!(st.list.take_ops(), [Op::Link]);
+    assert_eq!(st.growing, FREE);
+
+    st.list.attached = false;
+    let stops = st.list.stops;
+    reg(&mut st, &obj(4), Format::Compact);
+    reg(&mut st, &obj(5), Format::Compact);
+    assert_eq!(st.list.take_ops(), [Op::Link, Op::Resize]);
+    assert_ne!(st.open[0], quiet_batch);
+    assert_eq!(st.list.stops, stops, "no stop without a debugger");
+    let mut want = names("switch", 0..6);
+    want.push("switch_elf".into());
+    want.sort();
+    assert_eq!(listed(&st), want);
+}
+
+/// A debugger that attaches while a record is appended in place may have read the entry
+/// before the append: the registry looks again after it and tells it (the entry is
+/// replaced: one stop for the old, one for the new), and appends go elsewhere from then on.
+#[test]
+fn a_debugger_attaching_during_an_append_is_told() {
+    let mut st = Fake::default();
+    let base = 0x5c20_0000_0000u64;
+    reg(&mut st, &one("meanwhile_0000", base, None), Format::Compact);
+    st.list.take_ops();
+    // The registration's first look says no debugger, the look after the append says one.
+    st.list.attach_at = Some(st.list.looks.get() + 2);
+    reg(
+        &mut st,
+        &one("meanwhile_0001", base + 64, None),
+        Format::Compact,
+    );
+    assert_eq!(st.list.take_ops(), [Op::Resize, Op::Replace]);
+    assert_eq!(st.open[0], FREE, "sealed once a debugger watches");
+    assert_eq!(listed(&st), names("meanwhile", 0..2));
+    // Likewise for a growing ELF payload.
+    let mut st = Fake::default();
+    reg(
+        &mut st,
+        &one("meanwhile_0000", base, Some("m.js")),
+        Format::Elf,
+    );
+    st.list.take_ops();
+    st.list.attach_at = Some(st.list.looks.get() + 2);
+    reg(
+        &mut st,
+        &one("meanwhile_0001", base + 64, Some("m.js")),
+        Format::Elf,
+    );
+    assert_eq!(st.list.take_ops(), [Op::Replace]);
+    assert_eq!(st.growing, FREE);
+    assert_eq!(listed(&st), names("meanwhile", 0..2));
+}
+
+/// Under a debugger, every `FAN_IN` entries of their own are merged into one (compact ones
+/// as ELF): one link for the merged entry, one unlink per old one; the list shows every
+/// object once.
+#[test]
+fn merges_under_a_debugger_replace_fan_in_entries_by_one() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    let base = 0x5c30_0000_0000u64;
+    for i in 0..FAN_IN as u64 - 1 {
+        reg(
+            &mut st,
+            &one(&format!("merged_{i:04}"), base + i * 64, None),
+            Format::Compact,
+        );
+    }
+    assert_eq!(st.list.entries.len(), FAN_IN - 1);
+    st.list.take_ops();
+    let last = FAN_IN as u64 - 1;
+    reg(
+        &mut st,
+        &one(&format!("merged_{last:04}"), base + last * 64, None),
+        Format::Compact,
+    );
+    let mut want = vec![Op::Link, Op::Link];
+    want.resize(2 + FAN_IN, Op::Unlink);
+    assert_eq!(st.list.take_ops(), want);
+    assert_eq!(st.list.entries.len(), 1);
+    assert!(
+        st.list.payloads()[0].starts_with(b"\x7fELF"),
+        "merged as ELF"
+    );
+    assert_eq!(listed(&st), names("merged", 0..FAN_IN as u64));
+    assert_eq!(st.merge_stats.merges, 1);
+    assert_eq!(
+        st.read_by_reader, FAN_IN,
+        "each read once through the reader"
+    );
+    // One leaves: its batch is rewritten without it (a replace: two stops).
+    let stops = st.list.stops;
+    let id = st.members.iter().position(|m| m.batch != u32::MAX).unwrap() as u32;
+    st.remove(id);
+    assert_eq!(st.list.take_ops(), [Op::Replace]);
+    assert_eq!(st.list.stops, stops + 2);
+    assert_eq!(listed(&st).len(), FAN_IN - 1);
+}
+
+/// Deferred mode under a debugger: small compact registrations are appended in place (no
+/// stop) and announced together at the flush (the entry replaced: one stop for many).
+#[test]
+fn deferred_registrations_are_announced_together() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    st.set_deferral(Some(Deferral {
+        max_pending: 1000,
+        max_delay: None,
+    }));
+    let base = 0x5c40_0000_0000u64;
+    for i in 0..50u64 {
+        reg(
+            &mut st,
+            &one(&format!("deferred_{i:04}"), base + i * 64, None),
+            Format::Compact,
+        );
+    }
+    // The first opened the batch (a link: a stop, the debugger reads it); the others
+    // appended in place, pending.
+    assert_eq!(st.list.stops, 1);
+    assert_eq!(st.pending, 49);
+    assert_eq!(listed(&st), names("deferred", 0..50), "listed at once");
+    assert_eq!(st.flush_now(), 49);
+    assert_eq!(st.list.stops, 3, "one replace for 49 registrations");
+    assert_eq!(st.pending, 0);
+    // `max_pending` reached: announced by the registration that reaches it.
+    st.set_deferral(Some(Deferral {
+        max_pending: 4,
+        max_delay: None,
+    }));
+    st.list.take_ops();
+    for i in 50..54u64 {
+        reg(
+            &mut st,
+            &one(&format!("deferred_{i:04}"), base + i * 64, None),
+            Format::Compact,
+        );
+    }
+    assert_eq!(st.pending, 0);
+    let replaces = st
+        .list
+        .take_ops()
+        .iter()
+        .filter(|op| **op == Op::Replace)
+        .count();
+    assert_eq!(replaces, 1);
+    // Turning it off announces what is pending.
+    reg(
+        &mut st,
+        &one("deferred_0054", base + 54 * 64, None),
+        Format::Compact,
+    );
+    assert_eq!(st.pending, 1);
+    st.set_deferral(None);
+    assert_eq!(st.pending, 0);
+    assert_eq!(listed(&st), names("deferred", 0..55));
+}
+
+/// Without a debugger, a recent ELF object leaving the growing payload rolls it back (the
+/// entry replaced in place); with one attached, the payload is rewritten the general way
+/// and stops growing.
+#[test]
+fn removals_from_growing_payloads_follow_the_debugger() {
+    let mut st = Fake::default();
+    let base = 0x5c50_0000_0000u64;
+    let ids: Vec<u32> = (0..20u64)
+        .map(|i| {
+            reg(
+                &mut st,
+                &one(&format!("roll_{i:04}"), base + i * 64, Some("r.js")),
+                Format::Elf,
+            )
+        })
+        .collect();
+    let growing = st.growing;
+    st.list.take_ops();
+    st.remove(ids[15]);
+    assert_eq!(st.list.take_ops(), [Op::Replace]);
+    assert_eq!(st.growing, growing, "still growing");
+    assert_eq!(st.regrown, 4, "the 4 objects after it appended again");
+    st.list.attached = true;
+    st.remove(ids[10]);
+    assert_eq!(st.list.take_ops(), [Op::Replace]);
+    assert_eq!(st.growing, FREE, "sealed under a debugger");
+    let left: Vec<u64> = (0..20).filter(|i| ![10, 15].contains(i)).collect();
+    let mut want: Vec<String> = left.iter().map(|i| format!("roll_{i:04}")).collect();
+    want.sort();
+    assert_eq!(listed(&st), want);
+    // Many at once: one rewrite of the batch.
+    let rest: Vec<u32> = ids
+        .iter()
+        .copied()
+        .filter(|&id| id != ids[10] && id != ids[15])
+        .collect();
+    st.remove_many(rest[..10].to_vec());
+    assert_eq!(st.list.take_ops(), [Op::Replace]);
+    st.remove_many(rest[10..].to_vec());
+    assert_eq!(st.list.take_ops(), [Op::Unlink]);
+    assert!(st.list.entries.is_empty());
+}
+
+/// Once the reader budget is spent, a small compact registration under a debugger is
+/// announced as ELF, and the compact entries still waiting for a merge go into one ELF
+/// batch at once (none would join them any more).
+#[test]
+fn a_spent_reader_budget_turns_small_compact_entries_into_elf() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    let base = 0x5c60_0000_0000u64;
+    for i in 0..3u64 {
+        reg(
+            &mut st,
+            &one(&format!("budget_{i:04}"), base + i * 64, None),
+            Format::Compact,
+        );
+    }
+    assert_eq!(st.read_by_reader, 3);
+    assert!(st
+        .list
+        .payloads()
+        .iter()
+        .all(|p| !p.starts_with(b"\x7fELF")));
+    st.read_by_reader = route::reader_budget();
+    st.list.take_ops();
+    reg(
+        &mut st,
+        &one("budget_0003", base + 3 * 64, None),
+        Format::Compact,
+    );
+    // Its own entry, then the three waiting ones merged into one (linked, old ones unlinked).
+    assert_eq!(
+        st.list.take_ops(),
+        [Op::Link, Op::Link, Op::Unlink, Op::Unlink, Op::Unlink]
+    );
+    assert_eq!(st.list.entries.len(), 2);
+    assert!(st.list.payloads().iter().all(|p| p.starts_with(b"\x7fELF")));
+    assert_eq!(listed(&st), names("budget", 0..4));
+    assert_eq!(
+        st.read_by_reader,
+        route::reader_budget(),
+        "not read by the reader"
+    );
 }

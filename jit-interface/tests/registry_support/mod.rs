@@ -50,6 +50,12 @@ pub fn slot_holds(address: u64, key: u64) -> bool {
 /// A one-function object of the scale benchmark's shape (8 line rows, frame-pointer frame).
 #[allow(dead_code)] // not every registry test registers these
 pub fn object(name: &str, start: u64) -> JitObject {
+    object_and_id(name, start).0
+}
+
+/// [`object`] and its function's id.
+#[allow(dead_code)]
+pub fn object_and_id(name: &str, start: u64) -> (JitObject, jit_interface::FunctionId) {
     let mut obj = JitObject::new();
     let f = obj.add_function(name, start, 64).unwrap();
     let rows: Vec<LineRow> = (0..8)
@@ -60,7 +66,7 @@ pub fn object(name: &str, start: u64) -> JitObject {
         .collect();
     obj.set_lines(f, "scale.js", &rows).unwrap();
     obj.set_frame_pointer(f, 1, 4).unwrap();
-    obj
+    (obj, f)
 }
 
 /// The DWARF sections of an ELF payload, for gimli (a missing section reads as empty).

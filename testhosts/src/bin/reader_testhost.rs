@@ -52,7 +52,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use jit_interface::format::{decode_all, encode, DecodeError, HEADER_LEN};
-use jit_interface::{CfaBase, Format, JitObject, LineRow, LiveCheck, Registration, UnwindRow};
+use jit_interface::{
+    CfaBase, Format, FunctionId, JitObject, LineRow, LiveCheck, Registration, UnwindRow,
+};
 
 const USAGE: &str = "usage: reader_testhost [--source-dir DIR] \
      clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred|tombstone [wait]";
@@ -253,7 +255,12 @@ impl Buffer {
 }
 
 /// Adds `c` at `start` to `obj` and prints its `jit-fn` line.
-fn describe_into(obj: &mut JitObject, c: &Code, start: u64, file: &str) -> Result<(), String> {
+fn describe_into(
+    obj: &mut JitObject,
+    c: &Code,
+    start: u64,
+    file: &str,
+) -> Result<FunctionId, String> {
     describe(obj, c, start, file, true)
 }
 
@@ -263,7 +270,7 @@ fn describe_no_epilogue(
     c: &Code,
     start: u64,
     file: &str,
-) -> Result<(), String> {
+) -> Result<FunctionId, String> {
     describe(obj, c, start, file, false)
 }
 
@@ -273,7 +280,7 @@ fn describe(
     start: u64,
     file: &str,
     epilogue: bool,
-) -> Result<(), String> {
+) -> Result<FunctionId, String> {
     let err = |e: jit_interface::Error| format!("{}: {e}", c.name);
     let id = obj
         .add_function(c.name, start, c.bytes.len() as u64)
@@ -303,7 +310,7 @@ fn describe(
                 .collect()
         ),
     );
-    Ok(())
+    Ok(id)
 }
 
 fn register(fns: &[(&Code, u64)], file: &str, format: Format) -> Result<Registration, String> {
@@ -604,11 +611,11 @@ fn real_main() -> Result<(), String> {
             let f = frame_pointer_fn("jit_with_blocks", brk);
             let starts = buf.place(&[&f])?;
             let mut obj = JitObject::new();
-            describe_into(&mut obj, &f, starts[0], &file)?;
+            let id = describe_into(&mut obj, &f, starts[0], &file)?;
             let outer = obj
-                .add_block(0, "jit_inlined", 4, 16, None)
+                .add_block(id, "jit_inlined", 4, 16, None)
                 .map_err(|e| e.to_string())?;
-            obj.add_block(0, "jit_inner_scope", 14, 16, Some(outer))
+            obj.add_block(id, "jit_inner_scope", 14, 16, Some(outer))
                 .map_err(|e| e.to_string())?;
             let _r = jit_interface::register(&obj, Format::Compact).map_err(|e| e.to_string())?;
             stop("blocks", starts[0]);
