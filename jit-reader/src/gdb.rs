@@ -27,7 +27,7 @@ use crate::report::{self, debug};
 use crate::sources;
 use crate::symbols::{self, LinePlan, Plan};
 use crate::unwind::x86_64::OUTERMOST as x86_64_OUTERMOST;
-use crate::unwind::{self, Outcome, Registers};
+use crate::unwind::{self, Outcome, PcCode, Registers};
 
 /// The registered code the unwinder knows about. GDB calls readers from one thread; the
 /// mutex only makes the global sound.
@@ -488,9 +488,10 @@ unsafe extern "C" fn unwind(
                             ucb.set(nums.fp, fp);
                         }
                         debug!(
-                            "unwound {} at pc {:#x} (looked up {lookup_pc:#x}): caller pc {:#x} sp {:#x} fp {}",
+                            "unwound {} at pc {:#x} (looked up {lookup_pc:#x}{}): caller pc {:#x} sp {:#x} fp {}",
                             func.name(),
                             regs.pc,
+                            code_note(step.code),
                             c.pc,
                             c.sp,
                             c.fp.map_or("unknown".into(), |f| format!("{f:#x}"))
@@ -499,7 +500,12 @@ unsafe extern "C" fn unwind(
                     // Claim the frame but give no caller registers: GDB shows the frame and
                     // ends the backtrace ("frame did not save the PC").
                     Err(why) if why.contains(x86_64_OUTERMOST) => {
-                        debug!("{} at pc {:#x}: {why}", func.name(), regs.pc)
+                        debug!(
+                            "{} at pc {:#x}{}: {why}",
+                            func.name(),
+                            regs.pc,
+                            code_note(step.code)
+                        )
                     }
                     Err(why) => report::backtrace_ends(format!(
                         "backtrace ends in {} at pc {:#x}: {why}",
@@ -511,6 +517,18 @@ unsafe extern "C" fn unwind(
             }
         }
     })
+}
+
+/// What the unwinder made of the code at the PC, for the debug output ("" if not read).
+fn code_note(code: PcCode) -> String {
+    match code {
+        PcCode::NotRead => String::new(),
+        PcCode::Body => "; code at pc: no epilogue".into(),
+        PcCode::Epilogue(e) => format!("; code at pc: `{}`, its rule used", e.describe()),
+        PcCode::Unreadable { len } => {
+            format!("; code at pc unreadable ({len} bytes), the rows used")
+        }
+    }
 }
 
 unsafe extern "C" fn get_frame_id(

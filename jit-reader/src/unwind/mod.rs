@@ -21,12 +21,28 @@
 //!   caller frame, whichever unwinder produced it, and for an innermost frame only by
 //!   coincidence.
 //!
+//! ## Epilogues nobody declared: the code at the PC
+//! For a frame-pointer function whose epilogues were not declared, the row at a `ret` is
+//! wrong, so the unwinder reads the instruction at the PC ([`x86_64`] module docs). That is
+//! needed only where the PC may be on an epilogue: not at a return address, which follows a
+//! call, inside the body. GDB unwinds a backtrace frame by frame, each caller with the
+//! registers the reader just gave it, so the reader keeps the last frame it unwound (its
+//! registers and CFA) and the caller registers it produced (`Memo`): a frame with
+//! exactly those caller registers stands at a return address and its code is not read, and
+//! the frame id GDB asks for right after `unwind` reuses the CFA just computed. A deep
+//! backtrace thus reads code once, in its innermost frame; a frame the memo does not
+//! cover costs at most one read of the code at its PC. (GDB's own amd64 epilogue unwinder
+//! looks only at the innermost frame; a caller frame's PC is a return address, where the
+//! rows hold.)
+//!
 //! ## When the stack is corrupt
 //! A frame in JIT code whose row cannot be applied sanely (unknown registers, misaligned or
 //! implausible addresses, a frame larger than [`x86_64::MAX_FRAME`], a caller frame not
 //! strictly above this one, unreadable memory) is still claimed by the reader, with an
 //! unknown caller: GDB then shows it and ends the backtrace there, instead of handing the
 //! frame to a heuristic unwinder or walking garbage.
+
+use std::cell::Cell;
 
 use jit_interface::Arch;
 
@@ -65,6 +81,20 @@ pub struct CallerRegs {
     pub fp: Option<u64>,
 }
 
+/// What the code at the PC said about a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PcCode {
+    /// Not read: the function's row holds (not rbp-based, epilogues declared, or the PC is a
+    /// return address).
+    NotRead,
+    /// Read, no epilogue there: the function's row holds.
+    Body,
+    /// An epilogue instruction: its row replaced the function's.
+    Epilogue(x86_64::Epilogue),
+    /// `len` bytes at the PC could not be read: the function's row holds.
+    Unreadable { len: usize },
+}
+
 /// The result of applying one row.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
@@ -72,6 +102,8 @@ pub struct Step {
     pub cfa: Option<u64>,
     /// The caller, or why the backtrace ends at this frame.
     pub caller: Result<CallerRegs, String>,
+    /// Whether the code at the PC was read, and what it said.
+    pub code: PcCode,
 }
 
 /// What the unwinder makes of a frame.
@@ -126,8 +158,11 @@ pub fn unwind_at(index: &mut Index, pc: u64, regs: &dyn Registers, mem: &dyn Mem
     let Some((func, lookup_pc)) = resolve(index, frame, mem) else {
         return Outcome::NotOurs("the PC is in no live registered function");
     };
+    let at_return_address = Memo::produced(frame);
     let step = match (func.arch, Arch::HOST) {
-        (Arch::X86_64, Arch::X86_64) => x86_64::step(&func, lookup_pc, &frame, mem),
+        (Arch::X86_64, Arch::X86_64) => {
+            x86_64::step_at(&func, lookup_pc, &frame, at_return_address, mem)
+        }
         _ => Step {
             cfa: None,
             caller: Err(format!(
@@ -135,8 +170,16 @@ pub fn unwind_at(index: &mut Index, pc: u64, regs: &dyn Registers, mem: &dyn Mem
                 func.arch.name(),
                 Arch::HOST.name()
             )),
+            code: PcCode::NotRead,
         },
     };
+    Memo::keep(Memo {
+        frame,
+        func_start: func.start,
+        lookup_pc,
+        cfa: step.cfa,
+        caller: step.caller.as_ref().ok().copied(),
+    });
     Outcome::Frame {
         func,
         lookup_pc,
@@ -149,7 +192,10 @@ pub fn unwind_at(index: &mut Index, pc: u64, regs: &dyn Registers, mem: &dyn Mem
 /// pointer if the CFA cannot be computed); `None` if the frame is not ours. GDB asks for it
 /// on every JIT frame right after `unwind` claimed the frame, with the process stopped, so
 /// the function's liveness is not read again and, except at a function's first byte (see
-/// the module docs), no memory is read at all: every target read is a system call in GDB.
+/// the module docs) or for a frame `unwind` did not just handle whose code at the PC must
+/// be read, no memory is read at all: every target read is a system call in GDB. The CFA
+/// is the one `unwind` computes, epilogue rule included, so the id stays the same through
+/// an epilogue.
 pub fn frame_id(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Option<(u64, u64)> {
     let nums = host_regs();
     let pc = regs.get(nums.pc)?;
@@ -168,13 +214,60 @@ pub fn frame_id(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Op
             Outcome::NotOurs(_) => return None,
         },
     };
-    let cfa = match (func.arch, Arch::HOST) {
-        (Arch::X86_64, Arch::X86_64) => x86_64::cfa(&func, lookup_pc, &frame)
-            .ok()
-            .map(|(_, _, cfa)| cfa),
-        _ => None,
+    let cfa = match Memo::cfa_of(frame, func.start, lookup_pc) {
+        Some(cfa) => cfa,
+        None => match (func.arch, Arch::HOST) {
+            (Arch::X86_64, Arch::X86_64) => {
+                x86_64::cfa(&func, lookup_pc, &frame, Memo::produced(frame), mem)
+            }
+            _ => None,
+        },
     };
     Some((func.start, cfa.or(frame.sp).unwrap_or(0)))
+}
+
+/// The frame [`unwind`] handled last, and the caller it gave GDB (module docs: "Epilogues
+/// nobody declared"). GDB calls readers from one thread; the memo is per thread so that
+/// unit tests running in parallel do not share it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Memo {
+    frame: FrameRegs,
+    func_start: u64,
+    lookup_pc: u64,
+    cfa: Option<u64>,
+    caller: Option<CallerRegs>,
+}
+
+thread_local! {
+    static LAST: Cell<Option<Memo>> = const { Cell::new(None) };
+}
+
+impl Memo {
+    fn keep(m: Memo) {
+        LAST.with(|l| l.set(Some(m)));
+    }
+
+    /// Are `frame`'s registers the caller registers last given to GDB, its PC therefore a
+    /// return address read from the stack?
+    fn produced(frame: FrameRegs) -> bool {
+        LAST.with(|l| l.get())
+            .and_then(|m| m.caller)
+            .is_some_and(|c| c.pc == frame.pc && Some(c.sp) == frame.sp && c.fp == frame.fp)
+    }
+
+    /// The CFA last computed for this very frame (same registers, same function and lookup
+    /// address), if it is the frame unwound last; `Some(None)`: no CFA could be computed.
+    fn cfa_of(frame: FrameRegs, func_start: u64, lookup_pc: u64) -> Option<Option<u64>> {
+        LAST.with(|l| l.get())
+            .filter(|m| m.frame == frame && m.func_start == func_start && m.lookup_pc == lookup_pc)
+            .map(|m| m.cfa)
+    }
+
+    /// Forgets the last frame (tests: start a walk afresh).
+    #[cfg(test)]
+    pub(crate) fn clear() {
+        LAST.with(|l| l.set(None));
+    }
 }
 
 /// Finds the live function of a frame and the address to look up rows with (module docs).
@@ -213,26 +306,43 @@ pub(crate) mod testing {
     use super::*;
     use std::collections::BTreeMap;
 
-    /// Memory made of readable 8-byte words; everything else is unreadable.
+    /// Memory made of the bytes set; everything else is unreadable. Logs every read
+    /// (address, length), so tests can count what a step costs.
     #[derive(Debug, Default, Clone)]
     pub struct FakeMem {
-        pub words: BTreeMap<u64, u64>,
+        pub bytes: BTreeMap<u64, u8>,
+        pub log: std::cell::RefCell<Vec<(u64, usize)>>,
     }
 
     impl FakeMem {
+        /// Sets the 8-byte little-endian word at `addr`.
         pub fn set(&mut self, addr: u64, value: u64) -> &mut Self {
-            self.words.insert(addr, value);
+            self.put(addr, &value.to_le_bytes())
+        }
+
+        /// Sets bytes (code) at `addr`.
+        pub fn put(&mut self, addr: u64, bytes: &[u8]) -> &mut Self {
+            for (i, &b) in bytes.iter().enumerate() {
+                self.bytes.insert(addr + i as u64, b);
+            }
             self
+        }
+
+        /// Reads logged so far that start in `[lo, hi)`.
+        pub fn reads_in(&self, lo: u64, hi: u64) -> usize {
+            let log = self.log.borrow();
+            log.iter().filter(|(a, _)| (lo..hi).contains(a)).count()
         }
     }
 
     impl Memory for FakeMem {
         fn read(&self, addr: u64, buf: &mut [u8]) -> bool {
-            for (i, chunk) in buf.chunks_mut(8).enumerate() {
-                let Some(w) = self.words.get(&(addr + 8 * i as u64)) else {
+            self.log.borrow_mut().push((addr, buf.len()));
+            for (i, out) in buf.iter_mut().enumerate() {
+                let Some(&b) = addr.checked_add(i as u64).and_then(|a| self.bytes.get(&a)) else {
                     return false;
                 };
-                chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
+                *out = b;
             }
             true
         }

@@ -29,6 +29,13 @@
 //!   whose live slot holds its key, and `jit_ghost`, whose slot is cleared; the ghost's
 //!   address is in `READER_HOST_GHOST` (stop).
 //!
+//! - `epilogues [compact|elf]`: `jit_epi_outer` calls `jit_epi_pop`, `jit_epi_leave` and
+//!   `jit_epi_mov`, frame-pointer functions whose epilogues are `add rsp, 16; pop rbp; ret`,
+//!   `leave; ret` and `mov rsp, rbp; pop rbp; ret`; its own is `pop rbp; ret`, right after
+//!   its last call. All four are registered (compact records by default, or ELF) with their
+//!   prologue described and their epilogues not, as JITs that describe only the prologue do
+//!   (no stop in native code: break on the functions' addresses).
+//!
 //! - `late` (run outside any debugger, then attached to): `jit_quiet_inner` and
 //!   `jit_quiet_gone` are registered while no debugger is attached (appended in place to one
 //!   entry) and `jit_quiet_gone` unregistered (its record stays, its live slot cleared). The
@@ -57,7 +64,8 @@ use jit_interface::{
 };
 
 const USAGE: &str = "usage: reader_testhost [--source-dir DIR] \
-     clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred|tombstone [wait]";
+     clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred|tombstone [wait] \
+     | epilogues [compact|elf]";
 
 /// Address of the unregistered function of the `tombstone` mode, for the debugger.
 #[no_mangle]
@@ -82,6 +90,17 @@ function clobbering_function() {
   rsp = ~rsp;
   trap();
   rsp = rbp;
+}
+function epilogue_callee(n) {
+  local[2];
+  local[0] = n;
+  return n;
+}
+function epilogue_caller(n) {
+  epilogue_callee(n);
+  epilogue_callee(n);
+  epilogue_callee(n);
+  return;
 }
 ";
 
@@ -193,6 +212,42 @@ fn clobber_fn(name: &'static str) -> Code {
     let restore_end = c.off();
     c.insn(RET);
     c.epilogue = (restore_end, c.off());
+    c
+}
+
+const SUB_RSP_16: &[u8] = &[0x48, 0x83, 0xec, 0x10];
+const ADD_RSP_16: &[u8] = &[0x48, 0x83, 0xc4, 0x10];
+
+/// Frame pointer and 16 bytes of locals, `mov [rsp], rdi; mov rax, rdi`, then the epilogue
+/// `form` (`pop`: `add rsp, 16; pop rbp; ret`, `leave`: `leave; ret`, `mov`: `mov rsp, rbp;
+/// pop rbp; ret`) (lines 16-18).
+fn epilogue_fn(name: &'static str, form: &str) -> Code {
+    let mut c = Code::new(name);
+    c.line(16).insn(PUSH_RBP).insn(MOV_RBP_RSP).insn(SUB_RSP_16);
+    c.line(17)
+        .insn(&[0x48, 0x89, 0x3c, 0x24])
+        .insn(&[0x48, 0x89, 0xf8]);
+    c.line(18);
+    match form {
+        "pop" => c.insn(ADD_RSP_16).insn(POP_RBP),
+        "leave" => c.insn(&[0xc9]),
+        _ => c.insn(MOV_RSP_RBP).insn(POP_RBP),
+    };
+    c.insn(RET);
+    c
+}
+
+/// `push rbp; mov rbp, rsp`, a call to each of `targets` (`mov rdi, 1` before each), then
+/// `pop rbp; ret` right after the last call (lines 20-24).
+fn epilogue_caller_fn(name: &'static str, targets: &[u64]) -> Code {
+    let mut c = Code::new(name);
+    c.line(20).insn(PUSH_RBP).insn(MOV_RBP_RSP);
+    for (i, &t) in targets.iter().enumerate() {
+        c.line(21 + i as u32)
+            .insn(&[0x48, 0xc7, 0xc7, 0x01, 0x00, 0x00, 0x00])
+            .call(t);
+    }
+    c.line(24).insn(POP_RBP).insn(RET);
     c
 }
 
@@ -404,6 +459,7 @@ fn real_main() -> Result<(), String> {
     let mut args = std::env::args().skip(1);
     let mut dir = PathBuf::from(".");
     let mut mode = None;
+    let mut format = Format::Compact;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--source-dir" => {
@@ -415,6 +471,13 @@ fn real_main() -> Result<(), String> {
             }
             m if mode.is_none() && !m.starts_with('-') => mode = Some(m.to_string()),
             "wait" => {}
+            "compact" | "elf" if mode.as_deref() == Some("epilogues") => {
+                format = if a == "elf" {
+                    Format::Elf
+                } else {
+                    Format::Compact
+                }
+            }
             _ => return Err(format!("unexpected argument `{a}`\n{USAGE}")),
         }
     }
@@ -520,6 +583,24 @@ fn real_main() -> Result<(), String> {
                 );
             }
             stop("deferred", starts[1]);
+        }
+        "epilogues" => {
+            let callees = [
+                epilogue_fn("jit_epi_pop", "pop"),
+                epilogue_fn("jit_epi_leave", "leave"),
+                epilogue_fn("jit_epi_mov", "mov"),
+            ];
+            // The caller's calls are the same size whatever their targets: place twice.
+            let probe = epilogue_caller_fn("jit_epi_outer", &[0; 3]);
+            let starts = buf.place(&[&callees[0], &callees[1], &callees[2], &probe])?;
+            let outer = epilogue_caller_fn("jit_epi_outer", &starts[..3]);
+            let starts = buf.place(&[&callees[0], &callees[1], &callees[2], &outer])?;
+            let mut obj = JitObject::new();
+            for (c, &start) in callees.iter().chain([&outer]).zip(&starts) {
+                describe_no_epilogue(&mut obj, c, start, &file)?;
+            }
+            let _r = jit_interface::register(&obj, format).map_err(|e| e.to_string())?;
+            stop("epilogues", starts[3]);
         }
         "reuse" => {
             let old = frame_pointer_fn("jit_old", brk);
