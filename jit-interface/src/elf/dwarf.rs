@@ -297,7 +297,7 @@ pub(super) fn all_abbreviations(out: &mut Vec<u8>) {
 }
 
 /// Abbreviation code of a compile unit whose addresses are a range list, with lines: what
-/// the units that growing payloads extend object after object use (`append.rs`: each
+/// the units that growing payloads extend object after object use (`growing/`: each
 /// function joining the unit adds its range to the list). Not one `build` writes.
 pub(super) const OPEN_UNIT_CODE: u8 = 0x7f;
 /// A subprogram of an open unit: name, address and a 16-bit size, 15 bytes, so that with
@@ -385,7 +385,7 @@ pub(super) fn plain_unit_children(info: &[u8]) -> Option<usize> {
 
 /// Where the sections that `.debug_info` refers to by offset start, relative to what
 /// [`build`] writes: zero for a payload of its own; the space already taken when the output
-/// is appended to a payload that grows in place (`append.rs`).
+/// is appended to a payload that grows in place (`growing/`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Bases {
     /// Added to `Layout::name_offsets` (`.debug_str`).
@@ -948,7 +948,7 @@ fn line_program(
 
 /// Appends the line sequence of `f` (which has rows) to `out`: what [`line_program`] writes
 /// after its header for a unit of that function alone. A growing payload's open unit takes
-/// such sequences (`append.rs`) without the rest of a unit being built.
+/// such sequences (`growing/`) without the rest of a unit being built.
 pub(super) fn line_sequence(out: &mut Vec<u8>, f: Function<'_>) {
     let mut lines = Lines {
         out,

@@ -12,11 +12,11 @@
 //! program, about 13 of CFI (FDEs shared by neighbours with the same rules), plus the name
 //! once: about 62 bytes + name.
 
-mod append;
 mod bytes;
 mod cfi;
 mod dwarf;
 mod gdb_index;
+mod growing;
 mod layout;
 mod scratch;
 #[cfg(test)]
@@ -25,7 +25,7 @@ mod writer;
 
 use crate::error::{Error, Result};
 use crate::model::{Arch, JitObject};
-pub(crate) use append::{
+pub(crate) use growing::{
     Growing, Index as GrowingIndex, Plain as GrowingPlain, PAYLOAD as GROWING_PAYLOAD,
 };
 
