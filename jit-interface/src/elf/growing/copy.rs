@@ -1,10 +1,11 @@
 //! What an append takes (an object laid out for encoding, or one copied from a payload),
 //! and appending objects again by copying their bytes from another payload.
 
-use super::super::dwarf;
+use gimli::UnwindSection;
+
 use super::super::layout::{self, Layout};
 use super::super::scratch::Scratch;
-use super::index::{function_bytes_at, ReadBuffers};
+use super::index::{ReadBuffers, Sections};
 use super::{Growing, Index, Plain, PAYLOAD};
 use crate::error::Result;
 
@@ -218,33 +219,31 @@ impl Growing {
 }
 
 /// The name, start, size, line sequence and FDE of the one-function plain object at `p` in
-/// `from`, checked against each other.
+/// `from`: its symbol and FDE read with object's and gimli's readers, checked against each
+/// other.
 fn copied<'a>(from: &'a [u8], p: &Plain) -> Option<Copied<'a>> {
-    let u32_at = |at: usize| Some(u32::from_le_bytes(from.get(at..at + 4)?.try_into().ok()?));
-    let u64_at = |at: usize| Some(u64::from_le_bytes(from.get(at..at + 8)?.try_into().ok()?));
-    let (name, start, size) = function_bytes_at(from, p.sym as usize)?;
-    // The FDE: its CIE (the one, at 0), start and size.
-    let fde = p.fde as usize;
-    let len = u32_at(fde)? as usize;
-    let fde = from.get(fde..fde.checked_add(4 + len)?)?;
-    if (
-        u32_at(p.fde as usize + 4)?,
-        u64_at(p.fde as usize + 8)?,
-        u64_at(p.fde as usize + 16)?,
-    ) != (0, start, u64::from(size))
-    {
+    let sections = Sections::of(from)?;
+    let (name, start, size) = sections.function(p.sym as usize)?;
+    let at = (p.fde as usize).checked_sub(sections.frame_at)?;
+    let frame = sections.debug_frame();
+    let fde = frame
+        .fde_from_offset(
+            &gimli::BaseAddresses::default(),
+            gimli::DebugFrameOffset(at),
+            gimli::DebugFrame::cie_from_offset,
+        )
+        .ok()?;
+    if (fde.initial_address(), fde.len()) != (start, u64::from(size)) {
         return None;
     }
-    let sequence = from.get(p.seq as usize..)?;
-    let (s, e, len) = dwarf::line_sequence_extent(sequence)?;
-    if (s, e) != (start, start.checked_add(size.into())?) {
-        return None;
-    }
+    let fde = from.get(p.fde as usize..(p.fde as usize).checked_add(4 + fde.entry_len())?)?;
+    let at = p.seq as usize;
+    let sequence = from.get(at..at.checked_add(p.lines as usize)?)?;
     Some(Copied {
         name,
         start,
         size,
-        sequence: &sequence[..len],
+        sequence,
         fde,
     })
 }

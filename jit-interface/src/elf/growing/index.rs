@@ -1,10 +1,14 @@
 //! Reading objects back from a growing payload, found through a few bytes kept per object.
 
-use super::super::cfi;
+use gimli::UnwindSection;
+use object::read::elf::{FileHeader, SectionHeader, Sym};
+use object::{elf, LittleEndian};
+
 use super::super::dwarf;
 use super::super::layout::Layout;
-use super::super::writer::{FILE_HEADER, SECTION_HEADER, SYMBOL};
-use super::{after_header, STRTAB};
+use super::super::writer::SYMBOL;
+use super::{after_header, FRAME, STRTAB, SYMTAB};
+use crate::arch::x86_64;
 use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, LineRow, UnwindRow};
 
 /// Where a *plain* object's bytes are in the payload: an object whose functions all have
@@ -13,10 +17,12 @@ use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, LineRow, UnwindRow
 /// re-encode it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plain {
-    /// Its first symbol, its first FDE, its first line sequence: offsets in the payload.
+    /// Its first symbol, its first FDE, its first line sequence: offsets in the payload;
+    /// and the bytes of its line sequences.
     pub(super) sym: u32,
     pub(super) fde: u32,
     pub(super) seq: u32,
+    pub(super) lines: u32,
     /// Index in `Index::files`; `NOT_PLAIN` for other objects.
     pub(super) file: u16,
     /// Its functions.
@@ -26,7 +32,7 @@ pub(crate) struct Plain {
 pub(super) const NOT_PLAIN: u16 = u16::MAX;
 
 /// What reading objects back from a payload needs, kept when it stops growing (see
-/// [`Growing::seal`]): 16 bytes per object, where its compact record (kept until plain
+/// [`Growing::seal`]): 20 bytes per object, where its compact record (kept until plain
 /// objects could be read back) took about 40, and encoding it cost a quarter of appending.
 #[derive(Debug, Default)]
 pub(crate) struct Index {
@@ -98,7 +104,7 @@ impl Index {
         layout: &Layout<'_>,
         line: &[u8],
         line_at: usize,
-    ) -> Option<(u32, usize)> {
+    ) -> Option<(u32, usize, usize)> {
         let ([unit], false) = (&layout.units[..], layout.has_extras) else {
             return None;
         };
@@ -108,7 +114,8 @@ impl Index {
             return None;
         }
         let index = self.add_file(unit.file?);
-        Some((index, line_at + after_header(line)?))
+        let header = after_header(line)?;
+        Some((index, line_at + header, line.len().checked_sub(header)?))
     }
 
     /// Where object `k`'s bytes are, if it is plain: what [`Growing::append_copy`] takes.
@@ -149,8 +156,9 @@ impl Index {
 
     pub(super) fn read(&self, buf: &[u8], p: &Plain, b: &mut ReadBuffers) -> Option<JitObject> {
         let file = self.files.get(usize::from(p.file))?;
+        let sections = Sections::of(buf)?;
         // Function `i`: its name, start and size.
-        let function = |i: usize| function_at(buf, p.sym as usize + i * SYMBOL);
+        let function = |i: usize| sections.function(p.sym as usize + i * SYMBOL);
         let mut object = JitObject::with_arch(Arch::X86_64);
         // The object's names at once: no growing (and copying) as they come.
         let mut text = file.len();
@@ -158,51 +166,65 @@ impl Index {
             text += function(i)?.0.len();
         }
         object.reserve(usize::from(p.count), text);
-        // The line sequence and the FDE that the functions (in address order, as both) have
-        // reached: the sequence's rows, with offsets from its start, and the FDE's rules.
-        let (mut seq_at, mut seq_start, mut seq_end) = (p.seq as usize, 0, 0);
-        let (mut fde_at, mut fde) = (p.fde as usize, None::<cfi::ReadFde>);
         let ReadBuffers {
+            program,
             lines,
-            rebased,
+            rows,
+            context,
             rules,
             unwind,
             again,
         } = b;
+        line_rows(buf, p, program, lines)?;
+        // The rows and the FDE that the functions (in address order, as both) have reached.
+        let mut next_row = 0;
+        let frame = sections.debug_frame();
+        let bases = gimli::BaseAddresses::default();
+        let mut fde_at = (p.fde as usize).checked_sub(sections.frame_at)?;
+        let mut fde = None::<(u64, u64)>;
         for i in 0..usize::from(p.count) {
             let (name, start, size) = function(i)?;
             let end = start.checked_add(size.into())?;
-            let f = object.add_function(name, start, size.into()).ok()?;
-            if seq_end <= start {
-                // A new sequence starts at a function's start (each function has rows).
-                lines.clear();
-                let (s, e, len) = dwarf::read_line_sequence(buf.get(seq_at..)?, lines)?;
-                if s != start {
-                    return None;
-                }
-                (seq_start, seq_end, seq_at) = (s, e, seq_at + len);
+            let f = object
+                .add_function(std::str::from_utf8(name).ok()?, start, size.into())
+                .ok()?;
+            // Its line rows: those from its start to its end (each function has rows, and
+            // every row is some function's: checked at the end).
+            let first = next_row + lines[next_row..].partition_point(|&(a, _)| a < start);
+            let past = first + lines[first..].partition_point(|&(a, _)| a < end);
+            if first == past {
+                return None;
             }
-            let (from, to) = (start - seq_start, end.checked_sub(seq_start)?);
-            let a = lines.partition_point(|r: &LineRow| u64::from(r.offset) < from);
-            let b = lines.partition_point(|r: &LineRow| u64::from(r.offset) < to);
-            let rows = match from {
-                0 => &lines[a..b],
-                _ => {
-                    rebased.clear();
-                    rebased.extend(lines[a..b].iter().map(|r| LineRow {
-                        offset: r.offset - from as u32,
-                        line: r.line,
-                    }));
-                    &rebased[..]
-                }
-            };
+            rows.clear();
+            for &(address, line) in &lines[first..past] {
+                let offset = u32::try_from(address - start).ok()?;
+                rows.push(LineRow { offset, line });
+            }
             object.set_lines(f, file, rows).ok()?;
-            while !matches!(&fde, Some(d) if d.end >= end) {
-                let d = cfi::read_fde(buf.get(fde_at..)?, rules)?;
-                fde_at += d.len;
-                fde = Some(d);
+            next_row = past;
+            // Its unwind rows, from the FDE that covers it.
+            while !fde.is_some_and(|(_, fde_end)| fde_end >= end) {
+                let entry = frame
+                    .fde_from_offset(
+                        &bases,
+                        gimli::DebugFrameOffset(fde_at),
+                        gimli::DebugFrame::cie_from_offset,
+                    )
+                    .ok()?;
+                fde_at += 4 + entry.entry_len();
+                let fde_start = entry.initial_address();
+                fde = Some((fde_start, entry.end_address()));
+                rules.clear();
+                let mut table = entry.rows(&frame, &bases, context).ok()?;
+                while let Some(row) = table.next_row().ok()? {
+                    rules.push(unwind_row(
+                        row,
+                        row.start_address().checked_sub(fde_start)?,
+                    )?);
+                }
             }
-            cfi::rows_of(fde.as_ref()?, rules, start, size, unwind)?;
+            let (fde_start, _) = fde?;
+            function_rows(rules, start.checked_sub(fde_start)?, size, unwind)?;
             match frame_of(unwind, size, again) {
                 Frame::Default => {}
                 Frame::FramePointer {
@@ -218,26 +240,169 @@ impl Index {
                 Frame::Rows(rows) => object.set_unwind(f, &rows).ok()?,
             }
         }
-        Some(object)
+        // No row left over (between or after the functions).
+        (next_row == lines.len()).then_some(object)
+    }
+}
+
+/// The rows of the line sequences of plain object `p` in `buf` (address and line), read
+/// with gimli: the sequences are given a line program header of their own in `program`
+/// (the payload's units' headers differ only in their file, which rows need not name).
+fn line_rows(
+    buf: &[u8],
+    p: &Plain,
+    program: &mut Vec<u8>,
+    lines: &mut Vec<(u64, u32)>,
+) -> Option<()> {
+    let at = p.seq as usize;
+    let sequences = buf.get(at..at.checked_add(p.lines as usize)?)?;
+    program.clear();
+    dwarf::line_program_header(program, None);
+    program.extend_from_slice(sequences);
+    let length = u32::try_from(program.len() - 4).ok()?;
+    program[..4].copy_from_slice(&length.to_le_bytes());
+    let debug_line = gimli::DebugLine::new(program, gimli::LittleEndian);
+    let header = debug_line
+        .program(gimli::DebugLineOffset(0), 8, None, None)
+        .ok()?;
+    let mut rows = header.rows();
+    lines.clear();
+    while let Some((_, row)) = rows.next_row().ok()? {
+        if !row.end_sequence() {
+            lines.push((row.address(), u32::try_from(row.line()?.get()).ok()?));
+        }
+    }
+    Some(())
+}
+
+/// A row of an unwind table as gimli reads it, as the model has it (`offset` from the
+/// FDE's start); `None` for a rule our CFI never writes.
+fn unwind_row(row: &gimli::UnwindTableRow<usize>, offset: u64) -> Option<UnwindRow> {
+    let gimli::CfaRule::RegisterAndOffset {
+        register,
+        offset: cfa,
+    } = *row.cfa()
+    else {
+        return None;
+    };
+    let cfa_base = match register.0 {
+        x86_64::RSP => CfaBase::Sp,
+        x86_64::RBP => CfaBase::Fp,
+        _ => return None,
+    };
+    let fp_offset = match row.register(gimli::Register(x86_64::RBP)) {
+        Some(gimli::RegisterRule::Offset(at)) => i32::try_from(at).ok()?,
+        None | Some(gimli::RegisterRule::Undefined | gimli::RegisterRule::SameValue) => 0,
+        Some(_) => return None,
+    };
+    Some(UnwindRow {
+        offset: u32::try_from(offset).ok()?,
+        cfa_base,
+        cfa_offset: i32::try_from(cfa).ok()?,
+        fp_offset,
+    })
+}
+
+/// The unwind rows of a function `from` bytes into an FDE whose table is `rules`, `size`
+/// bytes long, into `rows`: the rule at its start, then every change before its end.
+fn function_rows(
+    rules: &[UnwindRow],
+    from: u64,
+    size: u32,
+    rows: &mut Vec<UnwindRow>,
+) -> Option<()> {
+    let to = from.checked_add(size.into())?;
+    let k = rules.partition_point(|r| u64::from(r.offset) <= from);
+    rows.clear();
+    rows.push(UnwindRow {
+        offset: 0,
+        ..*rules.get(k.checked_sub(1)?)?
+    });
+    for r in rules[k..].iter().take_while(|r| u64::from(r.offset) < to) {
+        let last = rows.last()?;
+        if (r.cfa_base, r.cfa_offset, r.fp_offset)
+            != (last.cfa_base, last.cfa_offset, last.fp_offset)
+        {
+            rows.push(UnwindRow {
+                offset: (u64::from(r.offset) - from) as u32,
+                ..*r
+            });
+        }
+    }
+    Some(())
+}
+
+/// The sections of a growing payload that objects are read back from, found through its
+/// section headers with object's ELF reader.
+pub(super) struct Sections<'a> {
+    headers: &'a [elf::SectionHeader64<LittleEndian>],
+    symbols: &'a [elf::Sym64<LittleEndian>],
+    /// Where the symbol table and `.debug_frame` are in the payload.
+    symbols_at: usize,
+    names: object::read::StringTable<'a>,
+    frame: &'a [u8],
+    pub(super) frame_at: usize,
+}
+
+impl<'a> Sections<'a> {
+    pub(super) fn of(buf: &'a [u8]) -> Option<Self> {
+        let file = elf::FileHeader64::<LittleEndian>::parse(buf).ok()?;
+        let headers = file.section_headers(LittleEndian, buf).ok()?;
+        let symtab = headers.get(SYMTAB)?;
+        let frame = headers.get(FRAME)?;
+        Some(Sections {
+            headers,
+            symbols: symtab.data_as_array(LittleEndian, buf).ok()?,
+            symbols_at: usize::try_from(symtab.sh_offset(LittleEndian)).ok()?,
+            names: headers.get(STRTAB)?.strings(LittleEndian, buf).ok()??,
+            frame: frame.data(LittleEndian, buf).ok()?,
+            frame_at: usize::try_from(frame.sh_offset(LittleEndian)).ok()?,
+        })
+    }
+    /// The function of the symbol at `at` in the payload: its name, start (its section's
+    /// address plus its section-relative value) and size.
+    pub(super) fn function(&self, at: usize) -> Option<(&'a [u8], u64, u32)> {
+        let k = at.checked_sub(self.symbols_at)?;
+        if k % SYMBOL != 0 {
+            return None;
+        }
+        let symbol = self.symbols.get(k / SYMBOL)?;
+        let section = usize::from(symbol.st_shndx(LittleEndian).index()?);
+        let section = self.headers.get(section)?;
+        let start = section
+            .sh_addr(LittleEndian)
+            .checked_add(symbol.st_value(LittleEndian))?;
+        let size = u32::try_from(symbol.st_size(LittleEndian)).ok()?;
+        Some((symbol.name(LittleEndian, self.names).ok()?, start, size))
+    }
+
+    /// `.debug_frame`, for gimli.
+    pub(super) fn debug_frame(
+        &self,
+    ) -> gimli::DebugFrame<gimli::EndianSlice<'a, gimli::LittleEndian>> {
+        let mut frame = gimli::DebugFrame::new(self.frame, gimli::LittleEndian);
+        frame.set_address_size(8);
+        frame
     }
 }
 
 /// Buffers for reading an object back.
 #[derive(Default)]
 pub(super) struct ReadBuffers {
-    /// The rows of the line sequence being read (offsets from its start), and those of one
-    /// function of it when it has several.
-    lines: Vec<LineRow>,
-    rebased: Vec<LineRow>,
-    /// The rules of the FDE being read, one function's rows, and those a description of its
-    /// frame gives.
+    /// The object's line sequences under a header of their own, their rows (address,
+    /// line), and those of one function.
+    program: Vec<u8>,
+    lines: Vec<(u64, u32)>,
+    rows: Vec<LineRow>,
+    /// gimli's state for unwind tables, the rules of the FDE being read, one function's
+    /// rows, and those a description of its frame gives.
+    context: gimli::UnwindContext<usize>,
     rules: Vec<UnwindRow>,
     unwind: Vec<UnwindRow>,
     again: Vec<UnwindRow>,
 }
 
-/// The description of a frame whose rows are `rows` (those an FDE sets: see
-/// `cfi::read_fde`): a default or frame-pointer frame if one gives exactly these rows (no
+/// The description of a frame whose rows are `rows` (those an FDE sets): a default or frame-pointer frame if one gives exactly these rows (no
 /// row of theirs repeats the one before, so none was left out), which cost less to keep
 /// and to encode again than rows; the rows otherwise. Either writes the same FDE.
 fn frame_of(rows: &[UnwindRow], size: u32, again: &mut Vec<UnwindRow>) -> Frame {
@@ -284,25 +449,4 @@ fn frame_of(rows: &[UnwindRow], size: u32, again: &mut Vec<UnwindRow>) -> Frame 
     } else {
         Frame::Rows(rows.to_vec())
     }
-}
-
-/// The function of the symbol at `at` in payload `buf`: its name, start (its section's
-/// address plus its section-relative value) and size. `None` if any of it is not there.
-fn function_at(buf: &[u8], at: usize) -> Option<(&str, u64, u32)> {
-    let (name, start, size) = function_bytes_at(buf, at)?;
-    Some((std::str::from_utf8(name).ok()?, start, size))
-}
-
-/// [`function_at`] with the name's bytes, as they are (a copy needs no `str`).
-pub(super) fn function_bytes_at(buf: &[u8], at: usize) -> Option<(&[u8], u64, u32)> {
-    let u64_at = |at: usize| Some(u64::from_le_bytes(buf.get(at..at + 8)?.try_into().ok()?));
-    let header = |index: usize| FILE_HEADER + index * SECTION_HEADER;
-    let sym = buf.get(at..at + SYMBOL)?;
-    let section = u16::from_le_bytes(sym[6..8].try_into().ok()?);
-    let start = u64_at(header(section.into()) + 16)?.checked_add(u64_at(at + 8)?)?;
-    let size = u32::try_from(u64_at(at + 16)?).ok()?;
-    let names = usize::try_from(u64_at(header(STRTAB) + 24)?).ok()?;
-    let name_at = u32::from_le_bytes(sym[..4].try_into().ok()?) as usize;
-    let name = buf.get(names.checked_add(name_at)?..)?;
-    Some((&name[..name.iter().position(|&b| b == 0)?], start, size))
 }

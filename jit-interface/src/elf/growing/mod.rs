@@ -28,7 +28,7 @@
 //!
 //! An object whose functions all have line rows in one source file (and no blocks) can be
 //! read back from the payload ([`Index::object`]: its symbols, FDEs and line sequences,
-//! found through 16 bytes kept per object), so that the registry keeps nothing else to
+//! found through 20 bytes kept per object), so that the registry keeps nothing else to
 //! append it again after a rollback or to re-encode the payload.
 //!
 //! Files: this one lays the payload out and appends; `copy.rs` appends objects again from
@@ -857,10 +857,15 @@ impl Growing {
         let rows = copied.is_some() || src.all_rows();
         let plain = match (&plan, open) {
             _ if !rows => None,
-            (UnitPlan::Extend { slot, .. }, Some(u)) => {
-                self.open[*slot].map(|old| (u.file, old.line_end))
+            (
+                UnitPlan::Extend {
+                    slot, sequences, ..
+                },
+                Some(u),
+            ) => self.open[*slot].map(|old| (u.file, old.line_end, line.len() - sequences)),
+            (UnitPlan::Open { .. }, Some(u)) => {
+                after_header(line).map(|h| (u.file, line_at + h, line.len() - h))
             }
-            (UnitPlan::Open { .. }, Some(u)) => after_header(line).map(|h| (u.file, line_at + h)),
             (UnitPlan::Own, _) => src
                 .layout()
                 .and_then(|layout| self.index.own_unit(layout, line, line_at)),
@@ -869,10 +874,11 @@ impl Growing {
         // Offsets in the payload: below `PAYLOAD`; small objects: fewer than 2^16 functions.
         let count = src.count() as u16;
         self.index.plain.push(match plain {
-            Some((file, seq)) if file < u32::from(NOT_PLAIN) => Plain {
+            Some((file, seq, lines)) if file < u32::from(NOT_PLAIN) => Plain {
                 sym: (self.start[SYMBOLS_R] + self.used[SYMBOLS_R]) as u32,
                 fde: (self.start[FRAME_R] + self.used[FRAME_R]) as u32,
                 seq: seq as u32,
+                lines: lines as u32,
                 file: file as u16,
                 count,
             },
@@ -880,6 +886,7 @@ impl Growing {
                 sym: 0,
                 fde: 0,
                 seq: 0,
+                lines: 0,
                 file: NOT_PLAIN,
                 count,
             },
