@@ -1,11 +1,9 @@
 //! What an append takes (an object laid out for encoding, or one copied from a payload),
 //! and appending objects again by copying their bytes from another payload.
 
-use gimli::UnwindSection;
-
 use super::super::layout::{self, Layout};
 use super::super::scratch::Scratch;
-use super::index::{ReadBuffers, Sections};
+use super::index::{with_buffers, Sections};
 use super::{Growing, Index, Plain, PAYLOAD};
 use crate::error::Result;
 
@@ -211,7 +209,7 @@ impl Growing {
             // No open unit to join (the payload is unchanged): the general way.
         }
         let index = from_index.unwrap_or(&self.index);
-        let Some(object) = index.read(from, &p, &mut ReadBuffers::default()) else {
+        let Some(object) = with_buffers(|b| index.read(from, &p, b)) else {
             return Ok(None);
         };
         self.append(buf, &object)
@@ -219,31 +217,18 @@ impl Growing {
 }
 
 /// The name, start, size, line sequence and FDE of the one-function plain object at `p` in
-/// `from`: its symbol and FDE read with object's and gimli's readers, checked against each
-/// other.
+/// `from`: its symbol read with object's ELF reader, its line sequence and FDE where the
+/// index says they are. `None` if it has no FDE to copy.
 fn copied<'a>(from: &'a [u8], p: &Plain) -> Option<Copied<'a>> {
     let sections = Sections::of(from)?;
     let (name, start, size) = sections.function(p.sym as usize)?;
-    let at = (p.fde as usize).checked_sub(sections.frame_at)?;
-    let frame = sections.debug_frame();
-    let fde = frame
-        .fde_from_offset(
-            &gimli::BaseAddresses::default(),
-            gimli::DebugFrameOffset(at),
-            gimli::DebugFrame::cie_from_offset,
-        )
-        .ok()?;
-    if (fde.initial_address(), fde.len()) != (start, u64::from(size)) {
-        return None;
-    }
-    let fde = from.get(p.fde as usize..(p.fde as usize).checked_add(4 + fde.entry_len())?)?;
-    let at = p.seq as usize;
-    let sequence = from.get(at..at.checked_add(p.lines as usize)?)?;
+    let bytes = |at: u32, len: u16| from.get(at as usize..at as usize + usize::from(len));
+    let fde = bytes(p.fde, p.fde_len).filter(|fde| !fde.is_empty())?;
     Some(Copied {
         name,
         start,
         size,
-        sequence,
+        sequence: bytes(p.seq, p.lines)?,
         fde,
     })
 }

@@ -1,12 +1,14 @@
 //! Reading objects back from a growing payload, found through a few bytes kept per object.
 
+use std::sync::OnceLock;
+
 use gimli::UnwindSection;
 use object::read::elf::{FileHeader, SectionHeader, Sym};
 use object::{elf, LittleEndian};
 
-use super::super::dwarf;
 use super::super::layout::Layout;
 use super::super::writer::SYMBOL;
+use super::super::{cfi, dwarf};
 use super::{after_header, FRAME, STRTAB, SYMTAB};
 use crate::arch::x86_64;
 use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, LineRow, UnwindRow};
@@ -18,11 +20,13 @@ use crate::model::{Arch, CfaBase, Epilogue, Frame, JitObject, LineRow, UnwindRow
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Plain {
     /// Its first symbol, its first FDE, its first line sequence: offsets in the payload;
-    /// and the bytes of its line sequences.
+    /// the bytes of its line sequences, and of its FDE if it has one function (0: not to
+    /// be copied).
     pub(super) sym: u32,
     pub(super) fde: u32,
     pub(super) seq: u32,
-    pub(super) lines: u32,
+    pub(super) lines: u16,
+    pub(super) fde_len: u16,
     /// Index in `Index::files`; `NOT_PLAIN` for other objects.
     pub(super) file: u16,
     /// Its functions.
@@ -125,8 +129,7 @@ impl Index {
 
     /// The plain object whose bytes are at `p` in `buf`, read back (see [`Index::object`]).
     pub(crate) fn object_at(&self, buf: &[u8], p: Plain) -> Option<JitObject> {
-        let mut b = ReadBuffers::default();
-        self.read(buf, &p, &mut b)
+        with_buffers(|b| self.read(buf, &p, b))
     }
 
     /// Whether any object is plain (else the index is of no use).
@@ -139,19 +142,7 @@ impl Index {
     /// plain, or its bytes are not what appending it wrote (a bug: the caller keeps the
     /// payload as it is rather than re-encode something else).
     pub(crate) fn object(&self, buf: &[u8], k: usize) -> Option<JitObject> {
-        thread_local! {
-            /// Reused: objects are read back many at a time (a batch rewritten, the objects
-            /// after one that left appended again).
-            static BUFFERS: std::cell::RefCell<ReadBuffers> = std::cell::RefCell::default();
-        }
-        BUFFERS.with(|b| match b.try_borrow_mut() {
-            Ok(mut b) => self.object_with(buf, k, &mut b),
-            Err(_) => self.object_with(buf, k, &mut ReadBuffers::default()),
-        })
-    }
-
-    fn object_with(&self, buf: &[u8], k: usize, b: &mut ReadBuffers) -> Option<JitObject> {
-        self.read(buf, self.plain.get(k)?, b)
+        with_buffers(|b| self.read(buf, self.plain.get(k)?, b))
     }
 
     pub(super) fn read(&self, buf: &[u8], p: &Plain, b: &mut ReadBuffers) -> Option<JitObject> {
@@ -170,7 +161,7 @@ impl Index {
             program,
             lines,
             rows,
-            context,
+            kept,
             rules,
             unwind,
             again,
@@ -204,24 +195,11 @@ impl Index {
             next_row = past;
             // Its unwind rows, from the FDE that covers it.
             while !fde.is_some_and(|(_, fde_end)| fde_end >= end) {
-                let entry = frame
-                    .fde_from_offset(
-                        &bases,
-                        gimli::DebugFrameOffset(fde_at),
-                        gimli::DebugFrame::cie_from_offset,
-                    )
-                    .ok()?;
+                let entry = sections.fde(&frame, &bases, fde_at)?;
                 fde_at += 4 + entry.entry_len();
                 let fde_start = entry.initial_address();
                 fde = Some((fde_start, entry.end_address()));
-                rules.clear();
-                let mut table = entry.rows(&frame, &bases, context).ok()?;
-                while let Some(row) = table.next_row().ok()? {
-                    rules.push(unwind_row(
-                        row,
-                        row.start_address().checked_sub(fde_start)?,
-                    )?);
-                }
+                fde_rules(&frame, &bases, &entry, rules, kept)?;
             }
             let (fde_start, _) = fde?;
             function_rows(rules, start.checked_sub(fde_start)?, size, unwind)?;
@@ -275,32 +253,112 @@ fn line_rows(
     Some(())
 }
 
-/// A row of an unwind table as gimli reads it, as the model has it (`offset` from the
-/// FDE's start); `None` for a rule our CFI never writes.
-fn unwind_row(row: &gimli::UnwindTableRow<usize>, offset: u64) -> Option<UnwindRow> {
-    let gimli::CfaRule::RegisterAndOffset {
-        register,
-        offset: cfa,
-    } = *row.cfa()
-    else {
-        return None;
+/// The rules of FDE `entry` into `rules`: those at its start, then those at every address
+/// where its instructions (read by gimli) change them, `offset` from its start. Rules that
+/// change nothing were never written ([`function_rows`] cuts one function's rows out, and
+/// writing those again writes the same instructions). `None` for an instruction or a
+/// register our CFI never writes. (gimli's `UnwindTable` gives the same rows, at more than
+/// twice the cost of reading an object back: it copies its whole register table per row.)
+fn fde_rules(
+    frame: &DebugFrame<'_>,
+    bases: &gimli::BaseAddresses,
+    entry: &gimli::FrameDescriptionEntry<Slice<'_>>,
+    rules: &mut Vec<UnwindRow>,
+    kept: &mut Vec<UnwindRow>,
+) -> Option<()> {
+    let cie = entry.cie();
+    let (code_align, data_align) = (cie.code_alignment_factor(), cie.data_alignment_factor());
+    let base = |r: gimli::Register| match r.0 {
+        x86_64::RSP => Some(CfaBase::Sp),
+        x86_64::RBP => Some(CfaBase::Fp),
+        _ => None,
     };
-    let cfa_base = match register.0 {
-        x86_64::RSP => CfaBase::Sp,
-        x86_64::RBP => CfaBase::Fp,
-        _ => return None,
-    };
-    let fp_offset = match row.register(gimli::Register(x86_64::RBP)) {
-        Some(gimli::RegisterRule::Offset(at)) => i32::try_from(at).ok()?,
-        None | Some(gimli::RegisterRule::Undefined | gimli::RegisterRule::SameValue) => 0,
-        Some(_) => return None,
-    };
-    Some(UnwindRow {
-        offset: u32::try_from(offset).ok()?,
-        cfa_base,
-        cfa_offset: i32::try_from(cfa).ok()?,
-        fp_offset,
-    })
+    rules.clear();
+    kept.clear();
+    // The CIE's rules first (the entry state), then the FDE's.
+    rules.push(UnwindRow {
+        offset: 0,
+        cfa_base: CfaBase::Sp,
+        cfa_offset: 0,
+        fp_offset: 0,
+    });
+    let mut at = 0u64;
+    let mut cie_instructions = cie.instructions(frame, bases);
+    let mut fde_instructions = entry.instructions(frame, bases);
+    let mut in_cie = true;
+    loop {
+        let next = match in_cie {
+            true => cie_instructions.next().ok()?,
+            false => fde_instructions.next().ok()?,
+        };
+        let Some(instruction) = next else {
+            if std::mem::replace(&mut in_cie, false) {
+                continue;
+            }
+            return Some(());
+        };
+        use gimli::CallFrameInstruction as I;
+        let rule = match instruction {
+            I::Nop => continue,
+            I::AdvanceLoc { delta } => {
+                at = at.checked_add(u64::from(delta).checked_mul(code_align)?)?;
+                continue;
+            }
+            I::RememberState => {
+                kept.push(*rules.last()?);
+                continue;
+            }
+            // The return address is where every frame of ours has it: at CFA - 8.
+            I::Offset {
+                register,
+                factored_offset,
+            } if register.0 == x86_64::RIP
+                && i64::try_from(factored_offset)
+                    .ok()?
+                    .checked_mul(data_align)?
+                    == -8 =>
+            {
+                continue
+            }
+            rule => rule,
+        };
+        if u64::from(rules.last()?.offset) != at {
+            let last = *rules.last()?;
+            rules.push(UnwindRow {
+                offset: u32::try_from(at).ok()?,
+                ..last
+            });
+        }
+        let row = rules.last_mut()?;
+        match rule {
+            I::DefCfa { register, offset } => {
+                row.cfa_base = base(register)?;
+                row.cfa_offset = i32::try_from(offset).ok()?;
+            }
+            I::DefCfaRegister { register } => row.cfa_base = base(register)?,
+            I::DefCfaOffset { offset } => row.cfa_offset = i32::try_from(offset).ok()?,
+            I::Offset {
+                register,
+                factored_offset,
+            } if register.0 == x86_64::RBP => {
+                let offset = i64::try_from(factored_offset)
+                    .ok()?
+                    .checked_mul(data_align)?;
+                row.fp_offset = i32::try_from(offset).ok()?;
+            }
+            // The CIE keeps the caller's rbp (`DW_CFA_same_value`), which a restore returns to.
+            I::SameValue { register } | I::Restore { register } if register.0 == x86_64::RBP => {
+                row.fp_offset = 0
+            }
+            I::RestoreState => {
+                *row = UnwindRow {
+                    offset: row.offset,
+                    ..kept.pop()?
+                }
+            }
+            _ => return None,
+        }
+    }
 }
 
 /// The unwind rows of a function `from` bytes into an FDE whose table is `rules`, `size`
@@ -330,6 +388,29 @@ fn function_rows(
         }
     }
     Some(())
+}
+
+type Slice<'a> = gimli::EndianSlice<'a, gimli::LittleEndian>;
+type DebugFrame<'a> = gimli::DebugFrame<Slice<'a>>;
+
+/// The CIE that starts every growing payload's `.debug_frame` (`cfi::write_cie`), and what
+/// gimli reads of it: parsed once, not for every FDE read back.
+fn the_cie() -> Option<&'static (Vec<u8>, gimli::CommonInformationEntry<Slice<'static>>)> {
+    static CIE: OnceLock<Option<(Vec<u8>, gimli::CommonInformationEntry<Slice<'static>>)>> =
+        OnceLock::new();
+    CIE.get_or_init(|| {
+        let mut bytes = Vec::new();
+        cfi::write_cie(&mut bytes).ok()?;
+        // Kept for the life of the process, as the parsed CIE that refers to it.
+        let leaked: &'static [u8] = Vec::leak(bytes.clone());
+        let mut frame = gimli::DebugFrame::new(leaked, gimli::LittleEndian);
+        frame.set_address_size(8);
+        let cie = frame
+            .cie_from_offset(&gimli::BaseAddresses::default(), gimli::DebugFrameOffset(0))
+            .ok()?;
+        Some((bytes, cie))
+    })
+    .as_ref()
 }
 
 /// The sections of a growing payload that objects are read back from, found through its
@@ -376,14 +457,47 @@ impl<'a> Sections<'a> {
         Some((symbol.name(LittleEndian, self.names).ok()?, start, size))
     }
 
-    /// `.debug_frame`, for gimli.
-    pub(super) fn debug_frame(
+    /// The FDE at `at` in `.debug_frame` (`frame`, from [`Sections::debug_frame`]).
+    pub(super) fn fde(
         &self,
-    ) -> gimli::DebugFrame<gimli::EndianSlice<'a, gimli::LittleEndian>> {
+        frame: &DebugFrame<'a>,
+        bases: &gimli::BaseAddresses,
+        at: usize,
+    ) -> Option<gimli::FrameDescriptionEntry<Slice<'a>>> {
+        // Every FDE refers to the CIE at 0, which every growing payload has: parsed once.
+        let (bytes, cie) = the_cie()?;
+        if !self.frame.starts_with(bytes) {
+            return None;
+        }
+        let cie_at =
+            |_: &DebugFrame<'a>, _: &gimli::BaseAddresses, o: gimli::DebugFrameOffset| match o.0 {
+                0 => Ok(cie.clone()),
+                other => Err(gimli::Error::NotCieId(other as u64)),
+            };
+        frame
+            .fde_from_offset(bases, gimli::DebugFrameOffset(at), cie_at)
+            .ok()
+    }
+
+    /// `.debug_frame`, for gimli.
+    pub(super) fn debug_frame(&self) -> DebugFrame<'a> {
         let mut frame = gimli::DebugFrame::new(self.frame, gimli::LittleEndian);
         frame.set_address_size(8);
         frame
     }
+}
+
+/// Calls `read` with this thread's buffers for reading objects back, reused: objects are
+/// read back many at a time (a batch rewritten, the objects after one that left appended
+/// again).
+pub(super) fn with_buffers<T>(read: impl FnOnce(&mut ReadBuffers) -> T) -> T {
+    thread_local! {
+        static BUFFERS: std::cell::RefCell<ReadBuffers> = std::cell::RefCell::default();
+    }
+    BUFFERS.with(|b| match b.try_borrow_mut() {
+        Ok(mut b) => read(&mut b),
+        Err(_) => read(&mut ReadBuffers::default()),
+    })
 }
 
 /// Buffers for reading an object back.
@@ -394,9 +508,9 @@ pub(super) struct ReadBuffers {
     program: Vec<u8>,
     lines: Vec<(u64, u32)>,
     rows: Vec<LineRow>,
-    /// gimli's state for unwind tables, the rules of the FDE being read, one function's
-    /// rows, and those a description of its frame gives.
-    context: gimli::UnwindContext<usize>,
+    /// The rules of the FDE being read and those `DW_CFA_remember_state` kept, one
+    /// function's rows, and those a description of its frame gives.
+    kept: Vec<UnwindRow>,
     rules: Vec<UnwindRow>,
     unwind: Vec<UnwindRow>,
     again: Vec<UnwindRow>,

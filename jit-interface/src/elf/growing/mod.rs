@@ -872,21 +872,34 @@ impl Growing {
             _ => None,
         };
         // Offsets in the payload: below `PAYLOAD`; small objects: fewer than 2^16 functions.
+        // Line sequences and FDEs are kept short by the regions' room (far below 64 KiB);
+        // longer ones would make the object one to keep a record of (not plain), or one not
+        // to copy (an FDE of 64 KiB or more: read back instead).
         let count = src.count() as u16;
+        let fde_len = match count {
+            1 => u16::try_from(frame.len()).unwrap_or(0),
+            _ => 0,
+        };
+        let plain = plain.and_then(|(file, seq, lines)| {
+            let file = u16::try_from(file).ok().filter(|&f| f != NOT_PLAIN)?;
+            Some((file, seq, u16::try_from(lines).ok()?))
+        });
         self.index.plain.push(match plain {
-            Some((file, seq, lines)) if file < u32::from(NOT_PLAIN) => Plain {
+            Some((file, seq, lines)) => Plain {
                 sym: (self.start[SYMBOLS_R] + self.used[SYMBOLS_R]) as u32,
                 fde: (self.start[FRAME_R] + self.used[FRAME_R]) as u32,
                 seq: seq as u32,
-                lines: lines as u32,
-                file: file as u16,
+                lines,
+                fde_len,
+                file,
                 count,
             },
-            _ => Plain {
+            None => Plain {
                 sym: 0,
                 fde: 0,
                 seq: 0,
                 lines: 0,
+                fde_len: 0,
                 file: NOT_PLAIN,
                 count,
             },
