@@ -5,7 +5,9 @@
 //! run of adjacent functions) sit at the code's real addresses, with no relocations: the
 //! addresses in the symbols, DWARF and CFI are final. See `writer.rs` for the section list.
 //! The plan (`layout::Layout`: address order, `.text` runs, compile units) is made first;
-//! each section is then serialised from it directly, in one pass.
+//! each section is then built from it (`dwarf.rs`, `cfi.rs`, `gdb_index.rs`) and the file
+//! written in one pass (`writer.rs`), by one writer whatever the object's size. `growing/`
+//! appends objects so encoded to a payload that grows in place (see there).
 //!
 //! Size, per function of the benchmark shape (1,000 adjacent functions in one object, 8 line
 //! rows, frame-pointer frame): 24 bytes of symbol, 14 of subprogram entry, about 11 of line
