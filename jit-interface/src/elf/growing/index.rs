@@ -260,7 +260,7 @@ fn line_rows(
 /// register our CFI never writes. (gimli's `UnwindTable` gives the same rows, at more than
 /// twice the cost of reading an object back: it copies its whole register table per row.)
 fn fde_rules(
-    frame: &DebugFrame<'_>,
+    frame: &FrameSection<'_>,
     bases: &gimli::BaseAddresses,
     entry: &gimli::FrameDescriptionEntry<Slice<'_>>,
     rules: &mut Vec<UnwindRow>,
@@ -391,7 +391,7 @@ fn function_rows(
 }
 
 type Slice<'a> = gimli::EndianSlice<'a, gimli::LittleEndian>;
-type DebugFrame<'a> = gimli::DebugFrame<Slice<'a>>;
+type FrameSection<'a> = gimli::DebugFrame<Slice<'a>>;
 
 /// The CIE that starts every growing payload's `.debug_frame` (`cfi::write_cie`), and what
 /// gimli reads of it: parsed once, not for every FDE read back.
@@ -460,7 +460,7 @@ impl<'a> Sections<'a> {
     /// The FDE at `at` in `.debug_frame` (`frame`, from [`Sections::debug_frame`]).
     pub(super) fn fde(
         &self,
-        frame: &DebugFrame<'a>,
+        frame: &FrameSection<'a>,
         bases: &gimli::BaseAddresses,
         at: usize,
     ) -> Option<gimli::FrameDescriptionEntry<Slice<'a>>> {
@@ -469,18 +469,19 @@ impl<'a> Sections<'a> {
         if !self.frame.starts_with(bytes) {
             return None;
         }
-        let cie_at =
-            |_: &DebugFrame<'a>, _: &gimli::BaseAddresses, o: gimli::DebugFrameOffset| match o.0 {
-                0 => Ok(cie.clone()),
-                other => Err(gimli::Error::NotCieId(other as u64)),
-            };
+        let cie_at = |_: &FrameSection<'a>,
+                      _: &gimli::BaseAddresses,
+                      o: gimli::DebugFrameOffset| match o.0 {
+            0 => Ok(cie.clone()),
+            other => Err(gimli::Error::NotCieId(other as u64)),
+        };
         frame
             .fde_from_offset(bases, gimli::DebugFrameOffset(at), cie_at)
             .ok()
     }
 
     /// `.debug_frame`, for gimli.
-    pub(super) fn debug_frame(&self) -> DebugFrame<'a> {
+    pub(super) fn debug_frame(&self) -> FrameSection<'a> {
         let mut frame = gimli::DebugFrame::new(self.frame, gimli::LittleEndian);
         frame.set_address_size(8);
         frame
