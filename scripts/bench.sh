@@ -348,7 +348,7 @@ w("Ours split: building the model and encoding it into memory that is kept (`sca
   "re-encoding small entries into batch entries, `merge_stats()`: none for these objects "
   "now); and the rest (registration proper: the live slot and bookkeeping, copying the "
   "record into its batch entry, the list; for small ELF objects, the registry appends them "
-  "to a growing payload instead of the encoding measured (keeping 16 bytes per object to "
+  "to a growing payload instead of the encoding measured (keeping 20 bytes per object to "
   "read it back, or the compact record of objects that cannot be), so their rest is that "
   "difference: it can be negative; so can the rest of large objects, whose payload pages "
   "the registry faults in by one call, unlike the encoding measured alone). "

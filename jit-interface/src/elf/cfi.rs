@@ -15,7 +15,6 @@ use gimli::constants as dw;
 use super::bytes::{extend_small, patch_length, Put, Small};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
-use crate::format::wire::Reader;
 use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
 
 /// x86-64 DWARF register numbers (`crate::arch::x86_64`), as CFI opcodes take them.
@@ -226,7 +225,10 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
 }
 
 /// [`debug_frame`] for one function (a runtime registering functions one by one): the CIE
-/// and one FDE, without the machinery that shares FDEs between neighbours.
+/// and one FDE, without the machinery that shares FDEs between neighbours. Every small
+/// registration without a debugger comes here: about 4% of its instructions saved
+/// (docs/PERFORMANCE.md section 6); the test `one_function_frames_are_written_as_by_the_general_path`
+/// checks it writes what [`debug_frame_general`] writes.
 fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
     let out = &mut parts.frame;
     out.clear();
@@ -264,150 +266,6 @@ fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
         state = *row;
     }
     finish_entry(out, at)
-}
-
-/// An FDE read back (see [`read_fde`]).
-pub(super) struct ReadFde {
-    /// The range it covers.
-    pub start: u64,
-    pub end: u64,
-    /// Its length in bytes.
-    pub len: usize,
-}
-
-/// Reads back an FDE that [`one_function`] or [`debug_frame_general`] wrote, at the start of
-/// `bytes`, and puts its rules into `rules`: the rules at every address where its
-/// instructions change them, in address order, starting with those at its start (the entry
-/// state if nothing changes them there); a rule's `offset` is its address less the FDE's
-/// start. Rules that changed nothing were never written; [`rows_of`] cuts the rules of one
-/// function out, and writing those again writes the same instructions. `None` if anything
-/// else is there.
-pub(super) fn read_fde(bytes: &[u8], rules: &mut Vec<UnwindRow>) -> Option<ReadFde> {
-    let mut g = Reader::new(bytes);
-    let len = g.u32_le("an FDE").ok()? as usize;
-    let mut g = Reader::new(bytes.get(4..4 + len)?);
-    if g.u32_le("an FDE").ok()? != 0 {
-        return None;
-    }
-    let start = g.u64_le("an FDE").ok()?;
-    let end = start.checked_add(g.u64_le("an FDE").ok()?)?;
-    let range = u32::try_from(end - start).ok()?;
-    rules.clear();
-    rules.push(UnwindRow::X86_64_ENTRY);
-    // `DW_CFA_remember_state` keeps the rules for `DW_CFA_restore_state`.
-    let mut kept = Vec::new();
-    // Offset of the instructions being read (a rule at 0 follows an advance of 0).
-    let mut loc = 0u64;
-    let base = |reg: u64| match u8::try_from(reg).ok()? {
-        RSP => Some(CfaBase::Sp),
-        RBP => Some(CfaBase::Fp),
-        _ => None,
-    };
-    while !g.is_at_end() {
-        let op = g.u8("an FDE").ok()?;
-        let delta = match op & 0xc0 {
-            0x40 => Some(u64::from(op & 0x3f)),
-            _ if op == dw::DW_CFA_advance_loc1.0 => Some(g.u8("an FDE").ok()?.into()),
-            _ if op == dw::DW_CFA_advance_loc2.0 => Some(g.u16_le("an FDE").ok()?.into()),
-            _ if op == dw::DW_CFA_advance_loc4.0 => Some(g.u32_le("an FDE").ok()?.into()),
-            _ => None,
-        };
-        if let Some(delta) = delta {
-            loc = loc.checked_add(delta)?;
-            if loc >= u64::from(range) {
-                return None;
-            }
-            continue;
-        }
-        if op == dw::DW_CFA_nop.0 {
-            // Padding: only more of it may follow.
-            while !g.is_at_end() {
-                if g.u8("an FDE").ok()? != dw::DW_CFA_nop.0 {
-                    return None;
-                }
-            }
-            break;
-        }
-        if op == dw::DW_CFA_remember_state.0 {
-            kept.push(*rules.last()?);
-            continue;
-        }
-        let last = *rules.last()?;
-        if u64::from(last.offset) != loc {
-            rules.push(UnwindRow {
-                // Below `range`: checked at the advance.
-                offset: loc as u32,
-                ..last
-            });
-        }
-        let rule = rules.last_mut()?;
-        match op {
-            _ if op == dw::DW_CFA_def_cfa.0 => {
-                rule.cfa_base = base(g.uleb("an FDE").ok()?)?;
-                rule.cfa_offset = i32::try_from(g.uleb("an FDE").ok()?).ok()?;
-            }
-            _ if op == dw::DW_CFA_def_cfa_register.0 => {
-                rule.cfa_base = base(g.uleb("an FDE").ok()?)?
-            }
-            _ if op == dw::DW_CFA_def_cfa_offset.0 => {
-                rule.cfa_offset = i32::try_from(g.uleb("an FDE").ok()?).ok()?;
-            }
-            _ if op == dw::DW_CFA_restore.0 | RBP => rule.fp_offset = 0,
-            _ if op == dw::DW_CFA_offset.0 | RBP => {
-                rule.fp_offset = i32::try_from(g.uleb("an FDE").ok()?)
-                    .ok()?
-                    .checked_mul(DATA_ALIGN)?;
-            }
-            _ if op == dw::DW_CFA_restore_state.0 => {
-                let offset = rule.offset;
-                *rule = UnwindRow {
-                    offset,
-                    ..kept.pop()?
-                };
-            }
-            _ => return None,
-        }
-    }
-    Some(ReadFde {
-        start,
-        end,
-        len: 4 + len,
-    })
-}
-
-/// The unwind rows of the function at `start`, `size` bytes long, into `rows`, from the
-/// `rules` of the FDE read back that covers it (`fde`): its rules at its start, then every
-/// change inside it. `None` if the FDE does not cover it, or they make no valid rows.
-pub(super) fn rows_of(
-    fde: &ReadFde,
-    rules: &[UnwindRow],
-    start: u64,
-    size: u32,
-    rows: &mut Vec<UnwindRow>,
-) -> Option<()> {
-    let end = start.checked_add(size.into())?;
-    if start < fde.start || end > fde.end {
-        return None;
-    }
-    let (from, to) = (start - fde.start, end - fde.start);
-    let k = rules.partition_point(|r| u64::from(r.offset) <= from);
-    rows.clear();
-    rows.push(UnwindRow {
-        offset: 0,
-        ..*rules.get(k.checked_sub(1)?)?
-    });
-    for r in rules[k..].iter().take_while(|r| u64::from(r.offset) < to) {
-        let last = rows.last()?;
-        if (r.cfa_base, r.cfa_offset, r.fp_offset)
-            != (last.cfa_base, last.cfa_offset, last.fp_offset)
-        {
-            rows.push(UnwindRow {
-                offset: (u64::from(r.offset) - from) as u32,
-                ..*r
-            });
-        }
-    }
-    check_unwind_rows(rows, size).ok()
 }
 
 /// [`debug_frame`] for any number of functions.

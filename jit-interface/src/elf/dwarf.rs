@@ -32,7 +32,6 @@ use std::collections::HashMap;
 use super::bytes::{extend_small, offset32, patch_length, Put, Small};
 use super::layout::{adjacent_ranges, Layout, Unit, MAX_PADDING, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::format::wire::Reader;
 use crate::model::{
     Arch, BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind,
 };
@@ -297,7 +296,7 @@ pub(super) fn all_abbreviations(out: &mut Vec<u8>) {
 }
 
 /// Abbreviation code of a compile unit whose addresses are a range list, with lines: what
-/// the units that growing payloads extend object after object use (`append.rs`: each
+/// the units that growing payloads extend object after object use (`growing/`: each
 /// function joining the unit adds its range to the list). Not one `build` writes.
 pub(super) const OPEN_UNIT_CODE: u8 = 0x7f;
 /// A subprogram of an open unit: name, address and a 16-bit size, 15 bytes, so that with
@@ -385,7 +384,7 @@ pub(super) fn plain_unit_children(info: &[u8]) -> Option<usize> {
 
 /// Where the sections that `.debug_info` refers to by offset start, relative to what
 /// [`build`] writes: zero for a payload of its own; the space already taken when the output
-/// is appended to a payload that grows in place (`append.rs`).
+/// is appended to a payload that grows in place (`growing/`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Bases {
     /// Added to `Layout::name_offsets` (`.debug_str`).
@@ -902,14 +901,8 @@ fn line_program(
     let start = out.len();
     let offset = offset32(start, ".debug_line")?;
     out.reserve(64 + file.len() + functions.len() * 12);
-    out.extend_from_slice(&LINE_HEADER);
-    // One file, as given (DWARF 4 has no working directory in the line program), in
-    // directory 0, without time or size.
-    out.cstr(file);
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    let header_length_at = start + 6;
-    let header_length = offset32(out.len() - header_length_at - 4, ".debug_line")?;
-    out.patch_u32(header_length_at, header_length);
+    line_program_header(out, Some(file));
+    offset32(out.len() - start, ".debug_line")?;
 
     let mut lines = Lines {
         out,
@@ -946,9 +939,28 @@ fn line_program(
     Ok(offset)
 }
 
+/// Appends the header of a line program for `file` to `out` (its unit length left for the
+/// caller to patch). Without a file: what reading a growing payload's sequences back with
+/// gimli puts before them (see `growing/index.rs`).
+pub(super) fn line_program_header(out: &mut Vec<u8>, file: Option<&str>) {
+    let start = out.len();
+    out.extend_from_slice(&LINE_HEADER);
+    // One file, as given (DWARF 4 has no working directory in the line program), in
+    // directory 0, without time or size.
+    if let Some(file) = file {
+        out.cstr(file);
+        out.extend_from_slice(&[0, 0, 0]);
+    }
+    out.push(0);
+    let header_length_at = start + 6;
+    // A file name of a layout: far below 4 GiB.
+    let header_length = (out.len() - header_length_at - 4) as u32;
+    out.patch_u32(header_length_at, header_length);
+}
+
 /// Appends the line sequence of `f` (which has rows) to `out`: what [`line_program`] writes
 /// after its header for a unit of that function alone. A growing payload's open unit takes
-/// such sequences (`append.rs`) without the rest of a unit being built.
+/// such sequences (`growing/`) without the rest of a unit being built.
 pub(super) fn line_sequence(out: &mut Vec<u8>, f: Function<'_>) {
     let mut lines = Lines {
         out,
@@ -958,122 +970,6 @@ pub(super) fn line_sequence(out: &mut Vec<u8>, f: Function<'_>) {
     lines.set_address(f.start());
     lines.rows(f.start(), f.lines());
     lines.end_sequence(f.end());
-}
-
-/// Reads back a sequence that [`line_sequence`] or [`line_program`] wrote, from the start of
-/// `bytes` to its `DW_LNE_end_sequence`: appends its rows to `rows` (offsets from its start)
-/// and returns its start, its end and its length in bytes. Each row was written as one
-/// special opcode, after the opcodes that move the state machine further than one can.
-/// `None` for any other opcode, or a sequence of 4 GiB or more.
-pub(super) fn read_line_sequence(
-    bytes: &[u8],
-    rows: &mut Vec<LineRow>,
-) -> Option<(u64, u64, usize)> {
-    walk_line_sequence(bytes, |offset, line| {
-        rows.push(LineRow {
-            offset: u32::try_from(offset).ok()?,
-            line: u32::try_from(line).ok()?,
-        });
-        Some(())
-    })
-}
-
-/// The start, end and length in bytes of the sequence at the start of `bytes`, as
-/// [`read_line_sequence`] reads it, without its rows.
-pub(super) fn line_sequence_extent(bytes: &[u8]) -> Option<(u64, u64, usize)> {
-    // What `line_sequence` writes, read byte by byte (a payload rebuilt by copies reads
-    // every sequence it copies): `DW_LNE_set_address` in its one-byte-length form, rows,
-    // `DW_LNE_end_sequence`. Anything else: `None` (the caller reads the object back).
-    // Lines are skipped, and addresses wrap: the caller compares the end with the
-    // function's (an address past 2^64 never matches it).
-    let [0, 9, set_address, ..] = *bytes else {
-        return None;
-    };
-    if set_address != dw::DW_LNE_set_address.0 {
-        return None;
-    }
-    let start = u64::from_le_bytes(bytes.get(3..11)?.try_into().ok()?);
-    let (mut address, mut at) = (start, 11);
-    let mut wrapped = false;
-    loop {
-        let op = *bytes.get(at)?;
-        at += 1;
-        if op >= OPCODE_BASE {
-            let step = u64::from((op - OPCODE_BASE) / LINE_RANGE as u8);
-            let (a, w) = address.overflowing_add(step);
-            (address, wrapped) = (a, wrapped | w);
-            continue;
-        }
-        match dw::DwLns(op) {
-            dw::DW_LNS_advance_pc | dw::DW_LNS_advance_line => {
-                let mut g = Reader::new(bytes.get(at..)?);
-                if op == dw::DW_LNS_advance_pc.0 {
-                    let (a, w) = address.overflowing_add(g.uleb("a line sequence").ok()?);
-                    (address, wrapped) = (a, wrapped | w);
-                } else {
-                    g.sleb("a line sequence").ok()?;
-                }
-                at += g.pos();
-            }
-            dw::DW_LNS_const_add_pc => {
-                let (a, w) = address.overflowing_add(CONST_ADD_PC);
-                (address, wrapped) = (a, wrapped | w);
-            }
-            _ if op == 0 => {
-                let end = bytes.get(at..at + 2)? == [1, dw::DW_LNE_end_sequence.0];
-                return (end && !wrapped).then_some((start, address, at + 2));
-            }
-            _ => return None,
-        }
-    }
-}
-
-/// Reads the sequence at the start of `bytes` (see [`read_line_sequence`]), calling `row`
-/// with each row's offset from its start and its line.
-#[inline(always)]
-fn walk_line_sequence(
-    bytes: &[u8],
-    mut row: impl FnMut(u64, i64) -> Option<()>,
-) -> Option<(u64, u64, usize)> {
-    let mut g = Reader::new(bytes);
-    if (
-        g.u8("a line sequence").ok()?,
-        g.uleb("a line sequence").ok()?,
-        g.u8("a line sequence").ok()?,
-    ) != (0, 9, dw::DW_LNE_set_address.0)
-    {
-        return None;
-    }
-    let start = g.u64_le("a line sequence").ok()?;
-    let (mut address, mut line) = (start, 1i64);
-    loop {
-        let op = g.u8("a line sequence").ok()?;
-        if op >= OPCODE_BASE {
-            let n = u64::from(op - OPCODE_BASE);
-            address = address.checked_add(n / LINE_RANGE)?;
-            line = line.checked_add((n % LINE_RANGE) as i64 + LINE_BASE)?;
-            row(address - start, line)?;
-            continue;
-        }
-        match dw::DwLns(op) {
-            dw::DW_LNS_advance_pc => {
-                address = address.checked_add(g.uleb("a line sequence").ok()?)?
-            }
-            dw::DW_LNS_advance_line => line = line.checked_add(g.sleb("a line sequence").ok()?)?,
-            dw::DW_LNS_const_add_pc => address = address.checked_add(CONST_ADD_PC)?,
-            _ if op == 0 => {
-                if (
-                    g.uleb("a line sequence").ok()?,
-                    g.u8("a line sequence").ok()?,
-                ) != (1, dw::DW_LNE_end_sequence.0)
-                {
-                    return None;
-                }
-                return Some((start, address, bytes.len() - g.remaining()));
-            }
-            _ => return None,
-        }
-    }
 }
 
 /// The line-number state machine, as the program being written leaves it.
@@ -1241,12 +1137,12 @@ mod tests {
     use crate::elf::test_support::{Line, Parsed};
     use crate::model::{BaseType, JitObject, LineRow, Location, Variable, VariableKind};
 
-    /// The extent of a sequence as `line_sequence` writes it (rows of every step: special
-    /// opcodes, `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`, `DW_LNS_advance_line` both ways)
-    /// is what reading its rows finds; a sequence cut short or with a byte changed in its
-    /// frame has none or another.
+    /// A sequence as `line_sequence` writes it (rows of every step: special opcodes,
+    /// `DW_LNS_const_add_pc`, `DW_LNS_advance_pc`, `DW_LNS_advance_line` both ways), under
+    /// the header `line_program_header` writes without a file, reads with gimli as the rows
+    /// it was written from, and ends at the function's end.
     #[test]
-    fn sequence_extents_are_what_reading_the_rows_finds() {
+    fn line_sequences_read_with_gimli_as_written() {
         let mut r = crate::elf::test_support::Rng::new(7);
         for seed in 0..2000u64 {
             let size = 1 + r.below(1 << 16) as u32;
@@ -1261,23 +1157,27 @@ mod tests {
             let start = r.below(1 << 47);
             let f = o.add_function("f", start, size.into()).unwrap();
             o.set_lines(f, "x.js", &rows).unwrap();
-            let mut bytes = Vec::new();
-            super::line_sequence(&mut bytes, o.functions().first().unwrap());
-            let mut read = Vec::new();
-            let want = super::read_line_sequence(&bytes, &mut read);
-            assert!(want.is_some(), "seed {seed}");
-            assert_eq!(super::line_sequence_extent(&bytes), want, "seed {seed}");
-            assert_eq!(want.unwrap(), (start, start + u64::from(size), bytes.len()));
-            for cut in [1, 2, 11, bytes.len() - 1] {
-                assert_eq!(
-                    super::line_sequence_extent(&bytes[..cut]),
-                    None,
-                    "seed {seed}"
-                );
+            let mut program = Vec::new();
+            super::line_program_header(&mut program, None);
+            super::line_sequence(&mut program, o.functions().first().unwrap());
+            let length = (program.len() - 4) as u32;
+            program[..4].copy_from_slice(&length.to_le_bytes());
+            let header = gimli::DebugLine::new(&program, gimli::LittleEndian)
+                .program(gimli::DebugLineOffset(0), 8, None, None)
+                .unwrap();
+            let mut state = header.rows();
+            let (mut read, mut end) = (Vec::new(), None);
+            while let Some((_, row)) = state.next_row().unwrap() {
+                if row.end_sequence() {
+                    end = Some(row.address());
+                } else {
+                    let line = row.line().unwrap().get() as u32;
+                    let offset = (row.address() - start) as u32;
+                    read.push(LineRow { offset, line });
+                }
             }
-            let mut wrong = bytes.clone();
-            wrong[2] ^= 0x40;
-            assert_eq!(super::line_sequence_extent(&wrong), None, "seed {seed}");
+            assert_eq!(read, rows, "seed {seed}");
+            assert_eq!(end, Some(start + u64::from(size)), "seed {seed}");
         }
     }
 

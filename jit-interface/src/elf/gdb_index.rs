@@ -87,11 +87,6 @@ pub(super) fn build(layout: &Layout<'_>, info: &[u8], parts: &mut Parts) -> Resu
         name_of,
     } = parts;
     let n = layout.functions.len();
-    if n == 1 {
-        out.clear();
-        one_function(layout, info, out);
-        return Ok(());
-    }
     // One slot per function name, a third more slots than names at least (a name defined
     // in several units gets one vector listing them all).
     let slots = (n + n / 3 + 1).next_power_of_two().max(2);
@@ -213,84 +208,6 @@ pub(super) fn build(layout: &Layout<'_>, info: &[u8], parts: &mut Parts) -> Resu
         field.copy_from_slice(&v.to_le_bytes());
     }
     Ok(())
-}
-
-/// The low bit of [`hash`]: all a table of two slots needs. Each step adds an odd
-/// multiple of the previous value, the byte (lower-casing adds 32: same parity) and an odd
-/// number, so the bit is that of the length plus the sum of the bytes.
-fn hash_low_bit(name: &[u8]) -> u32 {
-    // The low bits of the bytes, XORed eight at a time.
-    let words = name.chunks_exact(8);
-    let tail = words.remainder().iter().fold(0u8, |x, &c| x ^ c);
-    let word = words.fold(0u64, |x, w| {
-        x ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))
-    });
-    let word = word ^ word >> 32;
-    let word = word ^ word >> 16;
-    let word = word ^ word >> 8;
-    (name.len() as u32 ^ word as u32 ^ u32::from(tail)) & 1
-}
-
-/// Size of the index of one function named `name` (see [`one_function`]).
-pub(super) fn one_function_len(name: &[u8]) -> usize {
-    ONE_POOL as usize + 8 + name.len() + 1
-}
-
-/// Where the constant pool of a one-function index starts: after the header, one unit,
-/// one address range and two slots.
-const ONE_POOL: u32 = HEADER as u32 + 16 + 20 + 16;
-
-/// Appends the index of one function (what runtimes register one by one) to `out`: one
-/// unit, one address range (the unit's only run), two slots, one unit vector; what `build`
-/// writes then, at offsets known in advance.
-pub(super) fn one_function(layout: &Layout<'_>, info: &[u8], out: &mut Vec<u8>) {
-    const UNITS: usize = HEADER;
-    const ADDRESSES: usize = UNITS + 16;
-    const TABLE: usize = ADDRESSES + 20;
-    const POOL: usize = TABLE + 16;
-    const { assert!(POOL == ONE_POOL as usize) };
-    // Everything but the unit's length, the range and the name's slot: the header, unit 0
-    // at offset 0, the vector listing unit 0 (the name follows it).
-    const FIXED: [u8; POOL + 8] = {
-        let mut index = [0; POOL + 8];
-        let words = [
-            (0, VERSION),
-            (4, UNITS as u32),
-            (8, ADDRESSES as u32),
-            (12, ADDRESSES as u32),
-            (16, TABLE as u32),
-            (20, POOL as u32),
-            (POOL, 1),
-            (POOL + 4, KIND_FUNCTION),
-        ];
-        let mut i = 0;
-        while i < words.len() {
-            let (at, v) = words[i];
-            let bytes = v.to_le_bytes();
-            let mut k = 0;
-            while k < 4 {
-                index[at + k] = bytes[k];
-                k += 1;
-            }
-            i += 1;
-        }
-        index
-    };
-    let name = layout.function(0).name_bytes();
-    let unit_len = u32::from_le_bytes(info[..4].try_into().expect("4 bytes")) + 4;
-    let run = &layout.runs[0];
-    let at = out.len();
-    out.reserve(FIXED.len() + name.len() + 1);
-    out.extend_from_slice(&FIXED);
-    out.extend_from_slice(name);
-    out.push(0);
-    let index = &mut out[at..at + FIXED.len()];
-    index[UNITS + 8..UNITS + 16].copy_from_slice(&u64::from(unit_len).to_le_bytes());
-    index[ADDRESSES..ADDRESSES + 8].copy_from_slice(&run.start.to_le_bytes());
-    index[ADDRESSES + 8..ADDRESSES + 16].copy_from_slice(&run.end.to_le_bytes());
-    // The name's slot (the other is empty): the name after its vector.
-    let slot = TABLE + 8 * hash_low_bit(name) as usize;
-    index[slot..slot + 4].copy_from_slice(&8u32.to_le_bytes());
 }
 
 #[cfg(test)]
@@ -438,30 +355,6 @@ mod tests {
 
     /// Every name is found where GDB looks for it: from slot `hash & mask`, in steps of
     /// `((hash * 17) & mask) | 1` (GDB manual, "Index Section Format").
-    #[test]
-    fn the_low_bit_of_the_hash_is_that_of_length_plus_bytes() {
-        let mut names: Vec<Vec<u8>> = vec![Vec::new(), b"A".to_vec(), b"zZ".to_vec()];
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for len in 1..64 {
-            for _ in 0..50 {
-                names.push(
-                    (0..len)
-                        .map(|_| {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            // Every byte but NUL, letters of both cases often.
-                            1 + (x % 255) as u8
-                        })
-                        .collect(),
-                );
-            }
-        }
-        for name in &names {
-            assert_eq!(super::hash_low_bit(name), hash(name) & 1, "{name:?}");
-        }
-    }
-
     #[test]
     fn names_sit_on_their_probe_sequence() {
         // r = r * 67 + tolower(c) - 113, from r = 0, in 32 bits.

@@ -5,18 +5,20 @@
 //! run of adjacent functions) sit at the code's real addresses, with no relocations: the
 //! addresses in the symbols, DWARF and CFI are final. See `writer.rs` for the section list.
 //! The plan (`layout::Layout`: address order, `.text` runs, compile units) is made first;
-//! each section is then serialised from it directly, in one pass.
+//! each section is then built from it (`dwarf.rs`, `cfi.rs`, `gdb_index.rs`) and the file
+//! written in one pass (`writer.rs`), by one writer whatever the object's size. `growing/`
+//! appends objects so encoded to a payload that grows in place (see there).
 //!
 //! Size, per function of the benchmark shape (1,000 adjacent functions in one object, 8 line
 //! rows, frame-pointer frame): 24 bytes of symbol, 14 of subprogram entry, about 11 of line
 //! program, about 13 of CFI (FDEs shared by neighbours with the same rules), plus the name
 //! once: about 62 bytes + name.
 
-mod append;
 mod bytes;
 mod cfi;
 mod dwarf;
 mod gdb_index;
+mod growing;
 mod layout;
 mod scratch;
 #[cfg(test)]
@@ -25,7 +27,7 @@ mod writer;
 
 use crate::error::{Error, Result};
 use crate::model::{Arch, JitObject};
-pub(crate) use append::{
+pub(crate) use growing::{
     Growing, Index as GrowingIndex, Plain as GrowingPlain, PAYLOAD as GROWING_PAYLOAD,
 };
 
@@ -55,7 +57,7 @@ pub(crate) fn encode_objects_into(
     buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
     let mut scratch = scratch::Scratch::take();
-    let out = encode_with(arch, objects, &mut scratch, buf, Path::Fast);
+    let out = encode_with(arch, objects, &mut scratch, buf);
     scratch.keep();
     out
 }
@@ -70,25 +72,15 @@ fn source_section(sources: &[(&str, &str)]) -> Vec<u8> {
     section
 }
 
-/// Which writer one-function objects get: the fast one, or (for tests comparing the two)
-/// the general one.
-#[derive(Clone, Copy, PartialEq)]
-enum Path {
-    Fast,
-    #[cfg(test)]
-    General,
-}
-
 fn encode_with(
     arch: Arch,
     objects: &[&JitObject],
     scratch: &mut scratch::Scratch,
     buf: Vec<u8>,
-    path: Path,
 ) -> Result<Vec<u8>> {
     let layout = layout::Layout::new(objects, &mut scratch.layout)?;
     let sources = layout::sources_of(objects);
-    let out = encode_layout(arch, &layout, &sources, scratch, buf, path);
+    let out = encode_layout(arch, &layout, &sources, scratch, buf);
     layout.into_parts(&mut scratch.layout);
     out
 }
@@ -99,7 +91,6 @@ fn encode_layout(
     sources: &[(&str, &str)],
     scratch: &mut scratch::Scratch,
     buf: Vec<u8>,
-    path: Path,
 ) -> Result<Vec<u8>> {
     if arch != Arch::X86_64 {
         return Err(Error::Unsupported {
@@ -114,23 +105,11 @@ fn encode_layout(
     cfi::debug_frame(arch, layout, &mut scratch.cfi)?;
     let debug = &scratch.dwarf;
     // Source texts in a section of their own, which debuggers ignore and our readers read
-    // (`inspect`, `payload_sources`). Rare: the template below has no place for it.
+    // (`inspect`, `payload_sources`).
     let sources = match sources {
         [] => Vec::new(),
         some => source_section(some),
     };
-    if layout.functions.len() == 1 && path == Path::Fast && sources.is_empty() {
-        // What runtimes register one by one: written from a template (indexed too).
-        const { assert!(INDEXED_FUNCTIONS >= 1) };
-        let data = [
-            &debug.info[..],
-            &debug.abbrev,
-            &debug.line,
-            &debug.ranges,
-            &scratch.cfi.frame,
-        ];
-        return Ok(writer::write_one(layout, data, buf));
-    }
     // Small objects are what runtimes register one by one, each a GDB stop: an index spares
     // GDB reading their DWARF at the stop. Large ones would pay ~50 bytes + name per
     // function for it, and are registered rarely.
@@ -346,8 +325,7 @@ mod tests {
             assert_eq!(file.symbols().count(), objects.len());
             assert_eq!(elf.elf_header().e_type(endian), object::elf::ET_REL);
         }
-        // One function with sources takes the general writer; the template path is for
-        // the others, and leaves the section out.
+        // Without sources, no section for them.
         assert!(object::File::parse(&plain[..])
             .unwrap()
             .section_by_name(crate::format::SOURCES_SECTION)
@@ -388,32 +366,6 @@ mod tests {
             super::encode_objects(Arch::X86_64, &[]),
             Err(crate::Error::EmptyObject)
         );
-    }
-
-    /// One-function objects, written from a template, are what the general writer writes.
-    #[test]
-    fn one_function_objects_are_written_as_by_the_general_writer() {
-        use super::{encode_with, scratch::Scratch, Path};
-        use crate::model::Arch;
-        let mut compared = 0;
-        for seed in 0..3000u64 {
-            let o = varied_object(seed, 0x10_0000 + seed * 0x40, 1 + seed % 3);
-            // A sixth have one function, of every kind (lines or not, frames, variables,
-            // calls); both paths write the others alike.
-            let objects = [&o];
-            let mut scratch = Scratch::default();
-            let general = encode_with(
-                Arch::X86_64,
-                &objects,
-                &mut scratch,
-                Vec::new(),
-                Path::General,
-            );
-            let fast = encode_with(Arch::X86_64, &objects, &mut scratch, vec![7; 3], Path::Fast);
-            assert_eq!(fast, general, "seed {seed}");
-            compared += usize::from(o.functions().len() == 1);
-        }
-        assert!(compared > 200, "{compared} one-function objects");
     }
 
     /// What a source text adds to an ELF payload: the section's content (count, name,
