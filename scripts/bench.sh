@@ -714,6 +714,15 @@ w("")
 w(f"Both took {dt:.0f} s of wall time together (GDB's stops included).\n")
 if p.returncode != 0:
     w("```\n" + out[-3000:] + "\n```\n")
+# Sections measured by hand (their heading says so) are kept from the file being replaced:
+# this script does not produce them, and a run must not drop them.
+try:
+    previous = open(OUT).read()
+except FileNotFoundError:
+    previous = ""
+for section in re.split(r"(?m)^(?=## )", previous):
+    if section.startswith("## ") and "measured by hand" in section.splitlines()[0]:
+        w(section.rstrip("\n") + "\n")
 open(OUT, "w").write("\n".join(lines) + "\n")
 print(f"wrote {OUT}")
 PY

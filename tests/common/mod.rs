@@ -889,10 +889,14 @@ pub fn find_core(dir: &Path) -> Option<PathBuf> {
         })
 }
 
-/// `target/<profile>/examples/NAME` of the jit-interface crate, built (or brought up to date)
-/// with `cargo build -p jit-interface --example NAME` in this test's profile and target
-/// directory.
+/// `target/<profile>/examples/NAME` of the jit-interface crate (see [`package_example`]).
 pub fn interface_example(name: &str) -> PathBuf {
+    package_example("jit-interface", name)
+}
+
+/// `target/<profile>/examples/NAME` of package `package`, built (or brought up to date) with
+/// `cargo build -p PACKAGE --example NAME` in this test's profile and target directory.
+pub fn package_example(package: &str, name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let profile_dir = exe
         .parent()
@@ -900,7 +904,7 @@ pub fn interface_example(name: &str) -> PathBuf {
         .expect("test executable in target/<profile>/deps")
         .to_path_buf();
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-    cmd.args(["build", "--quiet", "-p", "jit-interface", "--example", name])
+    cmd.args(["build", "--quiet", "-p", package, "--example", name])
         .arg("--target-dir")
         .arg(profile_dir.parent().expect("target dir"))
         .current_dir(env!("CARGO_MANIFEST_DIR"));
@@ -908,6 +912,9 @@ pub fn interface_example(name: &str) -> PathBuf {
         cmd.arg("--release");
     }
     let status = cmd.status().expect("run cargo");
-    assert!(status.success(), "building the example {name} failed");
+    assert!(
+        status.success(),
+        "building the example {name} of {package} failed"
+    );
     profile_dir.join("examples").join(name)
 }
