@@ -34,7 +34,7 @@
 //! evaluated into rows. Where the canonical frame address (CFA) and the caller's frame
 //! pointer are gives the [`UnwindRow`]s; the rules for other callee-saved registers
 //! (cranelift saves rbx and r12-r15 below its frame) are kept in
-//! [`CompiledFunction::saved_registers`], but [`JitObject`] has no place for them yet: a
+//! [`CompiledFunction::save_slots`], but [`JitObject`] has no place for them yet: a
 //! debugger shows such a register of a caller frame with the callee's value (ELF) or as
 //! not saved (compact). cranelift declares no epilogue; the GDB reader (compact) and GDB
 //! itself (ELF) recognise the epilogue at the PC. Use `preserve_frame_pointers=true`: a
@@ -140,11 +140,11 @@ pub struct Call {
     pub callee: Callee,
 }
 
-/// A callee-saved register rule of one unwind row that [`UnwindRow`] cannot carry: from
+/// Where a callee-saved register is saved, which [`UnwindRow`] cannot carry: from
 /// code offset `offset` on, the caller's value of DWARF register `register` is saved at
 /// CFA + `cfa_offset`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SavedRegister {
+pub struct SaveSlot {
     pub offset: u32,
     pub register: u16,
     pub cfa_offset: i32,
@@ -164,7 +164,7 @@ pub struct CompiledFunction {
     srclocs: Vec<(u32, u32, SourceLoc)>,
     calls: Vec<Call>,
     rows: Vec<UnwindRow>,
-    saved: Vec<SavedRegister>,
+    saved: Vec<SaveSlot>,
 }
 
 impl CompiledFunction {
@@ -229,7 +229,7 @@ impl CompiledFunction {
 
     /// The callee-saved register rules the unwind information has beyond the frame pointer
     /// (see the crate docs: not registered yet).
-    pub fn saved_registers(&self) -> &[SavedRegister] {
+    pub fn save_slots(&self) -> &[SaveSlot] {
         &self.saved
     }
 
@@ -373,7 +373,7 @@ fn frame_rows(
     isa: &dyn TargetIsa,
     info: &cranelift_codegen::isa::unwind::systemv::UnwindInfo,
     size: u32,
-) -> Result<(Vec<UnwindRow>, Vec<SavedRegister>), Error> {
+) -> Result<(Vec<UnwindRow>, Vec<SaveSlot>), Error> {
     use cranelift_codegen::gimli::write as w;
     let cie = isa
         .create_systemv_cie()
@@ -390,7 +390,7 @@ fn frame_rows(
 }
 
 /// The rows of the one FDE in `.eh_frame` section `bytes` (see [`frame_rows`]).
-fn eh_frame_rows(bytes: &[u8], size: u32) -> Result<(Vec<UnwindRow>, Vec<SavedRegister>), Error> {
+fn eh_frame_rows(bytes: &[u8], size: u32) -> Result<(Vec<UnwindRow>, Vec<SaveSlot>), Error> {
     use gimli::{CfaRule, RegisterRule, UnwindSection};
     let bad = |what: &str, e: gimli::Error| Error::Cfi(format!("{what}: {e}"));
     let section = gimli::EhFrame::new(bytes, gimli::LittleEndian);
@@ -415,7 +415,7 @@ fn eh_frame_rows(bytes: &[u8], size: u32) -> Result<(Vec<UnwindRow>, Vec<SavedRe
     let mut table = fde
         .rows(&section, &bases, &mut ctx)
         .map_err(|e| bad("evaluating the FDE", e))?;
-    let (mut rows, mut saved) = (Vec::<UnwindRow>::new(), Vec::<SavedRegister>::new());
+    let (mut rows, mut saved) = (Vec::<UnwindRow>::new(), Vec::<SaveSlot>::new());
     // The saved-register rules of the previous row: a rule is recorded where it starts.
     let (mut in_force, mut now) = (Vec::new(), Vec::new());
     while let Some(row) = table.next_row().map_err(|e| bad("evaluating the FDE", e))? {
@@ -456,7 +456,7 @@ fn eh_frame_rows(bytes: &[u8], size: u32) -> Result<(Vec<UnwindRow>, Vec<SavedRe
                 (r, RegisterRule::Offset(n)) if r != RA && r != RSP => {
                     let rule = (r, to_i32(*n, "saved register")?);
                     if !in_force.contains(&rule) {
-                        saved.push(SavedRegister {
+                        saved.push(SaveSlot {
                             offset,
                             register: rule.0,
                             cfa_offset: rule.1,

@@ -97,7 +97,7 @@ fn captures_frame_rows_saved_registers_calls_and_lines() {
 
     // Three values live across the call: three callee-saved registers, each in its own slot
     // below the saved rbp, described once the frame is set up.
-    let saved = f.saved_registers();
+    let saved = f.save_slots();
     assert_eq!(saved.len(), 3, "{saved:?}");
     let mut slots: Vec<i32> = saved.iter().map(|s| s.cfa_offset).collect();
     slots.sort();
