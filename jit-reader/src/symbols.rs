@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::ops::Range;
 
-use jit_interface::{Decoded, LiveCheck};
+use jit_interface::{Decoded, LiveCheck, Liveness};
 
 use crate::memory::Memory;
 use crate::records::{Func, Records};
@@ -215,8 +215,8 @@ pub fn drop_tombstones(records: &mut Records<'_>, mem: &dyn Memory) -> Vec<Tombs
     objects.retain(|o| {
         let found = held[k];
         k += 1;
-        match (o.live, found) {
-            (Some(live), Some(found)) if found != live.key => {
+        match o.live.map(|live| (live, live.state(found))) {
+            Some((live, Liveness::Unregistered { found })) => {
                 let fns = records.functions(o);
                 dropped.push(Tombstone {
                     first: fns.first().map_or_else(String::new, |f| f.name.to_owned()),

@@ -142,8 +142,12 @@ impl PayloadInfo {
             .objects
             .iter()
             .map(|o| {
-                o.live
-                    .is_some_and(|l| read_u64(l.address).is_some_and(|v| v != l.key))
+                o.live.is_some_and(|l| {
+                    matches!(
+                        l.state(read_u64(l.address)),
+                        format::Liveness::Unregistered { .. }
+                    )
+                })
             })
             .collect();
         let is_dead = |object: usize| dead.get(object).copied().unwrap_or(false);
