@@ -1149,7 +1149,13 @@ mod tests {
             let mut rows = Vec::new();
             let (mut offset, mut line) = (0u32, 1 + r.below(10_000) as u32);
             while offset < size && rows.len() < 40 {
-                rows.push(LineRow { offset, line });
+                // Now and then a gap (line 0), never two in a row.
+                let gap = r.below(6) == 0 && !rows.last().is_some_and(LineRow::is_gap);
+                rows.push(if gap {
+                    LineRow::gap(offset)
+                } else {
+                    LineRow { offset, line }
+                });
                 offset += 1 + r.pick(&[0, 1, 5, 17, 300, 70_000]) as u32;
                 line = (line as i64 + r.pick(&[-3000i64, -2, 0, 1, 8, 40, 5000])).max(1) as u32;
             }
@@ -1171,7 +1177,8 @@ mod tests {
                 if row.end_sequence() {
                     end = Some(row.address());
                 } else {
-                    let line = row.line().unwrap().get() as u32;
+                    // gimli reads line 0 (a gap) as no line.
+                    let line = row.line().map_or(0, |l| l.get()) as u32;
                     let offset = (row.address() - start) as u32;
                     read.push(LineRow { offset, line });
                 }
@@ -1262,6 +1269,37 @@ mod tests {
                 pair("a.js", "f"),
                 pair("b.js", "c"),
                 pair("<jit>", "n"),
+            ]
+        );
+    }
+
+    /// Gap rows are rows of line 0, DWARF's "no source line": first, between lines and
+    /// last, also where one function's sequence runs on into the next.
+    #[test]
+    fn gap_rows_are_line_0_rows() {
+        let mut o = JitObject::new();
+        let a = o.add_function("a", 0x1000, 0x10).unwrap();
+        let b = o.add_function("b", 0x1010, 0x10).unwrap();
+        let c = o.add_function("c", 0x1020, 0x10).unwrap();
+        let (l, gap) = (LineRow::new, LineRow::gap);
+        o.set_lines(a, "a.js", &[gap(0), l(2, 40), gap(6), l(9, 41), gap(12)])
+            .unwrap();
+        o.set_lines(b, "a.js", &[gap(0), l(4, 42)]).unwrap();
+        o.set_lines(c, "a.js", &[l(0, 43), gap(3)]).unwrap();
+        let at = |offset: u64, n| line("a.js", 0x1000 + offset, Some(n));
+        assert_eq!(
+            Parsed::encode(&o).lines(),
+            [
+                at(0, 0),
+                at(2, 40),
+                at(6, 0),
+                at(9, 41),
+                at(12, 0),
+                at(0x10, 0),
+                at(0x14, 42),
+                at(0x20, 43),
+                at(0x23, 0),
+                line("a.js", 0x1030, None),
             ]
         );
     }
