@@ -96,7 +96,10 @@ fn gap_session(format: &str) {
         .iter()
         .find(|f| f.level == 0)
         .unwrap_or_else(|| t.fail("no frame #0 at the gap"));
-    if !(top.is("jit_middle") && top.pc == Some(g.start) && top.file.is_none() && top.line.is_none())
+    if !(top.is("jit_middle")
+        && top.pc == Some(g.start)
+        && top.file.is_none()
+        && top.line.is_none())
     {
         t.fail(&format!(
             "frame #0 at the gap {:#x}: expected jit_middle without a line, got {top:?}",
@@ -157,7 +160,9 @@ fn gap_session(format: &str) {
             .find_map(|l| l.split(" = ").nth(1).and_then(parse_hex))
             .unwrap_or_else(|| t.fail(&format!("no pc in section {section}")));
         if shown != pc {
-            t.fail(&format!("section {section}: pc {shown:#x}, expected {pc:#x}"));
+            t.fail(&format!(
+                "section {section}: pc {shown:#x}, expected {pc:#x}"
+            ));
         }
         let f = parse_gdb_bt(text)
             .into_iter()
@@ -242,7 +247,9 @@ fn elf_gap_rows_have_no_line_in_lldb() {
         && gap.contains("`jit_middle")
         && gap.contains(&format!(" at {file}:0\n")))
     {
-        t.fail(&format!("frame info at the gap: expected jit_middle at {file}:0, got {gap}"));
+        t.fail(&format!(
+            "frame info at the gap: expected jit_middle at {file}:0, got {gap}"
+        ));
     }
     t.assert_contains(None, "has no source code associated with it");
     if !(after.contains(&format!("{:#018x}", g.after.0))

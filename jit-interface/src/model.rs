@@ -1931,7 +1931,10 @@ mod tests {
             ("a.js", "c.js", "a.js")
         );
         // A refused change leaves file and rows as they were.
-        let bad = [LineRow { offset: 16, line: 1 }];
+        let bad = [LineRow {
+            offset: 16,
+            line: 1,
+        }];
         assert!(o.set_lines(FunctionId(1), "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
         assert_eq!(o.functions().get(FunctionId(1)).unwrap().lines(), rows);
@@ -1989,7 +1992,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("line row 2 at offset 6 is a gap (line 0) right after the gap of row 1 at offset 4"),
+            err.contains(
+                "line row 2 at offset 6 is a gap (line 0) right after the gap of row 1 at offset 4"
+            ),
             "{err}"
         );
         assert_eq!(o.functions().get(f).unwrap().lines(), [LineRow::gap(0)]);

@@ -628,7 +628,11 @@ mod tests {
             );
             let want: Vec<(u64, i32)> = if swapped {
                 // b ends in a gap (no end marker), then a, with its end marker.
-                b_rows.into_iter().chain(a_rows).chain([(0x1040, 0)]).collect()
+                b_rows
+                    .into_iter()
+                    .chain(a_rows)
+                    .chain([(0x1040, 0)])
+                    .collect()
             } else {
                 // a's end marker gives way to b's first row; b ends in a gap.
                 a_rows.into_iter().chain(b_rows).collect()

@@ -355,7 +355,8 @@ fn gap_rows_round_trip_and_cost_only_their_own_row() {
     }
     // The rows around the gaps take what they take without them.
     let mut between = with_rows(&[l(0, 40), gap(6), l(9, 41)], &[l(0, 42)]);
-    let gap_len = |o: &JitObject| encode(o, None).unwrap().len() - encode(&plain, None).unwrap().len();
+    let gap_len =
+        |o: &JitObject| encode(o, None).unwrap().len() - encode(&plain, None).unwrap().len();
     // From line 40, a gap is an advance of -40: the escape, offset and line in one byte each.
     assert_eq!(gap_len(&between), 3);
     // A gap at the start of an object is line 1 + (-1): one special opcode.

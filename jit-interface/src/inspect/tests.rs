@@ -583,8 +583,12 @@ fn gap_rows_have_no_line() {
     let mut o = JitObject::new();
     let f = o.add_function("jit_glue", 0x7f00_0000_1000, 0x40).unwrap();
     let (l, gap) = (LineRow::new, LineRow::gap);
-    o.set_lines(f, "g.js", &[gap(0), l(4, 10), gap(8), l(0x10, 11), gap(0x30)])
-        .unwrap();
+    o.set_lines(
+        f,
+        "g.js",
+        &[gap(0), l(4, 10), gap(8), l(0x10, 11), gap(0x30)],
+    )
+    .unwrap();
     let mut payloads = vec![("compact", encode(&o, None).unwrap())];
     #[cfg(feature = "runtime")]
     payloads.push(("elf", crate::elf::encode(&o).unwrap()));
@@ -599,7 +603,13 @@ fn gap_rows_have_no_line() {
         let at = |offset: u64| 0x7f00_0000_1000 + offset;
         assert_eq!(
             f.lines,
-            [(at(0), 0), (at(4), 10), (at(8), 0), (at(0x10), 11), (at(0x30), 0)],
+            [
+                (at(0), 0),
+                (at(4), 10),
+                (at(8), 0),
+                (at(0x10), 11),
+                (at(0x30), 0)
+            ],
             "{kind}"
         );
         let s = Symbolizer::new(info.functions.clone());
@@ -616,8 +626,16 @@ fn gap_rows_have_no_line() {
             (0x3f, None),
         ] {
             let hit = s.lookup(at(offset)).unwrap();
-            assert_eq!((hit.function.name.as_str(), hit.line), ("jit_glue", want), "{kind} +{offset:#x}");
-            assert_eq!(hit.location(), want.map(|n| format!("g.js:{n}")), "{kind} +{offset:#x}");
+            assert_eq!(
+                (hit.function.name.as_str(), hit.line),
+                ("jit_glue", want),
+                "{kind} +{offset:#x}"
+            );
+            assert_eq!(
+                hit.location(),
+                want.map(|n| format!("g.js:{n}")),
+                "{kind} +{offset:#x}"
+            );
             assert_eq!(f.line_at(at(offset)), want, "{kind} +{offset:#x}");
         }
     }
