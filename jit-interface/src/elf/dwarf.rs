@@ -1067,11 +1067,13 @@ impl Lines<'_> {
     }
 
     /// A gap row at `address`: the open sequence ends there, and a new one starts with a
-    /// row of line 0. Line 0 is DWARF's "no source line", but GDB's DWARF reader (13 and
-    /// others) skips line-0 rows, so the line before would run on over the gap; the end of
-    /// the sequence stops it there for every reader, and the line-0 row says why to
-    /// readers that skip ends of sequences (LLDB, gimli users, our inspector and growing
-    /// index). About 15 bytes a gap rather than 1 to 3.
+    /// row of line 0. Line 0 is DWARF's "no source line", but GDB's DWARF reader (13,
+    /// tried) skips line-0 rows, so the line before would run on over the gap; the end of
+    /// the sequence stops it there for every reader, and the line-0 row is the gap for
+    /// readers that take line 0 as such (LLDB: "no source code associated with it") or
+    /// that read rows and skip ends of sequences (our inspector and growing index, gimli
+    /// users). A gap between two rows costs 19 bytes of `.debug_line` (its row and the
+    /// longer step to the next line included), 1 at the start of a sequence.
     #[cold]
     fn gap(&mut self, address: u64) {
         self.end_sequence(address);
