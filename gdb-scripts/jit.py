@@ -284,7 +284,8 @@ class JitFunction:
         return self.start + self.size
 
     def line_at(self, addr):
-        """Line of the last row at or before addr (rows in any order)."""
+        """Line of the last row at or before addr (rows in any order); None before the
+        first row and in a gap (a row of line 0: code without a source line)."""
         best = None
         for row in self.lines:
             try:
@@ -294,7 +295,7 @@ class JitFunction:
                                % (row, self.name))
             if a <= addr and (best is None or a >= best[0]):
                 best = (a, line)
-        return None if best is None else best[1]
+        return None if best is None or best[1] == 0 else best[1]
 
 
 class JitEntry:

@@ -764,7 +764,9 @@ fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
             }
         };
         if let Some(file) = &f.file {
-            // A piece that starts inside a row begins with that row's line.
+            // A piece that starts inside a row begins with that row's line (none inside a
+            // gap, whose code before the next row then has no line, as in the gap). Gap
+            // rows (line 0) are kept.
             let carried = f
                 .line_at(start)
                 .filter(|_| !f.lines.iter().any(|&(a, _)| a == start));
@@ -772,7 +774,7 @@ fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
                 .map(|line| (start, line))
                 .into_iter()
                 .chain(f.lines.iter().copied())
-                .filter(|&(a, l)| a >= start && a < end && l > 0)
+                .filter(|&(a, _)| a >= start && a < end)
                 .map(|(a, line)| jit_interface::LineRow {
                     offset: (a - start) as u32,
                     line,
@@ -950,6 +952,36 @@ mod tests {
         let w: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(&w[..3], ["0x7004", "fib+0x4", "fib.js:7"]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `--symbolize` in a gap row (line 0): the function and offset, no `file:line`.
+    #[test]
+    fn symbolize_gives_no_line_in_a_gap() {
+        use jit_interface::{JitObject, LineRow};
+        let mut o = JitObject::new();
+        let f = o.add_function("glue", 0x7000, 16).unwrap();
+        let rows = [LineRow::new(0, 3), LineRow::gap(4), LineRow::new(8, 4)];
+        o.set_lines(f, "g.js", &rows).unwrap();
+        o.set_source("g.js", "1\n2\nthree\nfour\n").unwrap();
+        let report = report_of(&jit_interface::format::encode(&o, None).unwrap());
+        let s = report.symbolizer();
+        let mut sources = SourceLines::new(&report);
+        let mut sym = |a| symbolize_line(&s, &mut sources, a);
+        assert_eq!(sym("0x7003"), "0x7003 glue+0x3 g.js:3\tthree");
+        assert_eq!(sym("0x7004"), "0x7004 glue+0x4");
+        assert_eq!(sym("0x7007"), "0x7007 glue+0x7");
+        assert_eq!(sym("0x7008"), "0x7008 glue+0x8 g.js:4\tfour");
+        // The ELF file written from the report keeps the gap.
+        let path = std::env::temp_dir().join(format!("jit-gdb-gap-{}.elf", std::process::id()));
+        let skipped = elf_file(&report, &path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let info = jit_interface::inspect::decode_payload(&bytes).unwrap();
+        assert_eq!(
+            info.functions[0].lines,
+            [(0x7000, 3), (0x7004, 0), (0x7008, 4)]
+        );
     }
 
     #[test]

@@ -22,6 +22,8 @@ typedef enum jit_base_type {
   JIT_TYPE_F32, JIT_TYPE_F64, JIT_TYPE_POINTER
 } jit_base_type;
 typedef enum jit_location_kind { JIT_LOC_REGISTER = 0, JIT_LOC_FRAME_OFFSET = 1 } jit_location_kind;
+/* `jit_line.line` of a gap row: the code from its offset on has no source line. */
+#define JIT_LINE_GAP 0u
 
 
 /**
@@ -35,7 +37,10 @@ typedef struct jit_object jit_object;
 typedef struct jit_registration jit_registration;
 
 /**
- * One line row: from code offset `offset` on, source line `line`.
+ * One line row: from code offset `offset` on, source line `line`. Line 0
+ * (`JIT_LINE_GAP`) is a gap: the code from `offset` on has no source line (stubs, spills,
+ * runtime glue) up to the next row, rather than the line of the row before; debuggers
+ * show it without a line. A gap may come first and last, not twice in a row.
  */
 typedef struct jit_line {
   uint32_t offset;
@@ -79,7 +84,8 @@ void jit_object_free(struct jit_object *obj);
 int32_t jit_object_add_function(struct jit_object *obj, const char *name, uint64_t start, uint64_t size);
 
 /**
- * Sets the source file and line rows of function `fn`. Returns 0, or -1.
+ * Sets the source file and line rows of function `fn`: strictly increasing offsets
+ * inside the function, lines from 1 or `JIT_LINE_GAP`. Returns 0, or -1.
  *
  * # Safety
  * `obj` came from `jit_object_new`; `file` is a NUL-terminated string; `rows` points to `n`

@@ -40,7 +40,10 @@ pub type jit_base_type = u32;
 /// (1, value = offset from the frame pointer).
 pub type jit_location_kind = u32;
 
-/// One line row: from code offset `offset` on, source line `line`.
+/// One line row: from code offset `offset` on, source line `line`. Line 0
+/// (`JIT_LINE_GAP`) is a gap: the code from `offset` on has no source line (stubs, spills,
+/// runtime glue) up to the next row, rather than the line of the row before; debuggers
+/// show it without a line. A gap may come first and last, not twice in a row.
 #[repr(C)]
 pub struct jit_line {
     pub offset: u32,
@@ -183,7 +186,8 @@ pub unsafe extern "C" fn jit_object_add_function(
     })
 }
 
-/// Sets the source file and line rows of function `fn`. Returns 0, or -1.
+/// Sets the source file and line rows of function `fn`: strictly increasing offsets
+/// inside the function, lines from 1 or `JIT_LINE_GAP`. Returns 0, or -1.
 ///
 /// # Safety
 /// `obj` came from `jit_object_new`; `file` is a NUL-terminated string; `rows` points to `n`
@@ -651,6 +655,37 @@ mod tests {
         unsafe { CStr::from_ptr(jit_last_error()) }
             .to_string_lossy()
             .into_owned()
+    }
+
+    #[test]
+    fn set_lines_takes_gap_rows_and_refuses_two_in_a_row() {
+        let obj = jit_object_new();
+        let row = |offset, line| jit_line { offset, line };
+        // SAFETY: a live object, NUL-terminated names, `rows` with their count.
+        unsafe {
+            let f = jit_object_add_function(obj, c"glue".as_ptr(), 0x1000, 32);
+            assert_eq!(f, 0);
+            let set = |rows: &[jit_line]| {
+                jit_object_set_lines(obj, f, c"g.js".as_ptr(), rows.as_ptr(), rows.len())
+            };
+            assert_eq!(set(&[row(0, 0), row(4, 7), row(8, 0), row(12, 8)]), 0);
+            assert_eq!(
+                (*obj).inner.functions().first().unwrap().lines(),
+                [
+                    LineRow::gap(0),
+                    LineRow::new(4, 7),
+                    LineRow::gap(8),
+                    LineRow::new(12, 8)
+                ]
+            );
+            assert_eq!(set(&[row(0, 5), row(4, 0), row(8, 0)]), -1);
+            assert!(
+                last_error().contains("line row 2 at offset 8 is a gap (line 0) right after the gap of row 1 at offset 4"),
+                "{}",
+                last_error()
+            );
+            jit_object_free(obj);
+        }
     }
 
     #[test]

@@ -70,6 +70,7 @@ pub use capi::*;
 pub use error::{Error, PayloadFormat, Result};
 pub use format::{
     decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
+    Liveness,
 };
 pub use model::{
     Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame, Function, FunctionId,

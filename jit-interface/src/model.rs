@@ -40,12 +40,54 @@ impl Arch {
 }
 
 /// One line-table row: from code offset `offset` (relative to the function start) on, the
-/// code belongs to source line `line`.
+/// code belongs to source line `line`, up to the next row (or the function's end).
+///
+/// Line 0 is a **gap**: from `offset` on the code has no source line (stubs, spills,
+/// runtime glue), rather than inheriting the line of the row before. It is DWARF's "no
+/// source line" convention, and debuggers show such addresses without a line. Make one with
+/// [`LineRow::gap`]. A gap may be the first row (a function that starts in glue) and the
+/// last; two gaps in a row are refused (the first already lasts up to the next row).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LineRow {
     pub offset: u32,
     pub line: u32,
+}
+
+impl LineRow {
+    /// The `line` of a gap row: no source line from its offset on.
+    pub const GAP: u32 = 0;
+
+    /// A row for source line `line` (0 makes a gap) from code offset `offset` on.
+    #[inline]
+    pub const fn new(offset: u32, line: u32) -> LineRow {
+        LineRow { offset, line }
+    }
+
+    /// A gap row: the code from `offset` on has no source line, up to the next row.
+    #[inline]
+    pub const fn gap(offset: u32) -> LineRow {
+        LineRow {
+            offset,
+            line: LineRow::GAP,
+        }
+    }
+
+    /// Is this a gap row (no source line from its offset on)?
+    #[inline]
+    pub const fn is_gap(&self) -> bool {
+        self.line == LineRow::GAP
+    }
+
+    /// The row's source line, `None` for a gap.
+    #[inline]
+    pub const fn source_line(&self) -> Option<u32> {
+        if self.is_gap() {
+            None
+        } else {
+            Some(self.line)
+        }
+    }
 }
 
 /// Register the canonical frame address (CFA) is computed from.
@@ -727,11 +769,14 @@ fn cut_source(text: &str, total: usize) -> String {
 #[inline]
 fn line_rows_ok(rows: &[LineRow], size: u32) -> bool {
     let mut next = 0u32; // lowest offset the next row may have
+    let mut after_gap = false; // is the row before a gap?
     let mut good = true;
     for r in rows {
-        good &= (r.offset >= next) & (r.offset < size) & (r.line != 0);
+        let gap = r.line == LineRow::GAP;
+        good &= (r.offset >= next) & (r.offset < size) & !(gap & after_gap);
         // Wraps only for an offset of u32::MAX, which is outside the function.
         next = r.offset.wrapping_add(1);
+        after_gap = gap;
     }
     good
 }
@@ -739,7 +784,7 @@ fn line_rows_ok(rows: &[LineRow], size: u32) -> bool {
 /// What is wrong with line rows `line_rows_ok` refused, for a function of `size` bytes.
 #[cold]
 fn line_rows_error(rows: &[LineRow], size: u32) -> String {
-    let mut prev: Option<u32> = None;
+    let mut prev: Option<LineRow> = None;
     for (i, r) in rows.iter().enumerate() {
         if r.offset >= size {
             return format!(
@@ -747,21 +792,27 @@ fn line_rows_error(rows: &[LineRow], size: u32) -> String {
                 r.offset
             );
         }
-        if let Some(p) = prev.filter(|&p| r.offset <= p) {
+        if let Some(p) = prev.filter(|p| r.offset <= p.offset) {
             return format!(
-                "line row {i} at offset {} does not come after row {} at offset {p}: rows must be in strictly increasing offset order",
+                "line row {i} at offset {} does not come after row {} at offset {}: rows must be in strictly increasing offset order",
                 r.offset,
-                i - 1
+                i - 1,
+                p.offset
             );
         }
-        if r.line == 0 {
-            return format!("line row {i} has line 0: lines start at 1");
+        if let Some(p) = prev.filter(|p| p.is_gap() && r.is_gap()) {
+            return format!(
+                "line row {i} at offset {} is a gap (line 0) right after the gap of row {} at offset {}: a gap lasts up to the next row with a line, so leave out row {i}",
+                r.offset,
+                i - 1,
+                p.offset
+            );
         }
-        prev = Some(r.offset);
+        prev = Some(*r);
     }
     // Not reached: a row `line_rows_ok` refused fails one of the tests above. Said whole
     // rather than a panic.
-    "line rows must be in strictly increasing offset order inside the function, with lines from 1"
+    "line rows must be in strictly increasing offset order inside the function, without two gaps (line 0) in a row"
         .into()
 }
 
@@ -1160,7 +1211,9 @@ impl JitObject {
     }
 
     /// Sets the source file and line rows of function `f` (replacing earlier ones).
-    /// Rows are sorted by strictly increasing offset, all inside the function; lines start at 1.
+    /// Rows are sorted by strictly increasing offset, all inside the function; lines start at
+    /// 1, and line 0 ([`LineRow::gap`]) says the code from that offset on has no line (not
+    /// twice in a row).
     #[inline]
     pub fn set_lines(&mut self, f: FunctionId, file: &str, rows: &[LineRow]) -> Result<()> {
         let f = f.0;
@@ -1878,7 +1931,10 @@ mod tests {
             ("a.js", "c.js", "a.js")
         );
         // A refused change leaves file and rows as they were.
-        let bad = [LineRow { offset: 0, line: 0 }];
+        let bad = [LineRow {
+            offset: 16,
+            line: 1,
+        }];
         assert!(o.set_lines(FunctionId(1), "d.js", &bad).is_err());
         assert_eq!(file(&o, 1), "c.js");
         assert_eq!(o.functions().get(FunctionId(1)).unwrap().lines(), rows);
@@ -1902,6 +1958,56 @@ mod tests {
             o.set_lines(f, files[i], &rows).unwrap();
         }
         o
+    }
+
+    #[test]
+    fn gap_rows_are_kept_first_last_and_between_lines_and_two_in_a_row_are_refused() {
+        let mut o = JitObject::new();
+        let f = o.add_function("f", 0x1000, 32).unwrap();
+        assert_eq!(LineRow::gap(4), LineRow::new(4, 0));
+        assert!(LineRow::gap(4).is_gap() && !LineRow::new(4, 1).is_gap());
+        assert_eq!(LineRow::gap(4).source_line(), None);
+        assert_eq!(LineRow::new(4, 9).source_line(), Some(9));
+        // First (the function starts in glue), between lines, last: kept as given.
+        let rows = [
+            LineRow::gap(0),
+            LineRow::new(3, 7),
+            LineRow::gap(8),
+            LineRow::new(12, 8),
+            LineRow::new(16, 8),
+            LineRow::gap(30),
+        ];
+        o.set_lines(f, "a.js", &rows).unwrap();
+        assert_eq!(o.functions().get(f).unwrap().lines(), rows);
+        // A function whose only row is a gap: a file without a line.
+        o.set_lines(f, "a.js", &[LineRow::gap(0)]).unwrap();
+        assert_eq!(o.functions().get(f).unwrap().lines(), [LineRow::gap(0)]);
+        // Two gaps in a row: refused, naming both rows; the rows set before stay.
+        let err = o
+            .set_lines(
+                f,
+                "a.js",
+                &[LineRow::new(0, 1), LineRow::gap(4), LineRow::gap(6)],
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(
+                "line row 2 at offset 6 is a gap (line 0) right after the gap of row 1 at offset 4"
+            ),
+            "{err}"
+        );
+        assert_eq!(o.functions().get(f).unwrap().lines(), [LineRow::gap(0)]);
+        // Also as the first two rows; a gap after a line after a gap is fine.
+        assert!(o
+            .set_lines(f, "a.js", &[LineRow::gap(0), LineRow::gap(1)])
+            .is_err());
+        o.set_lines(
+            f,
+            "a.js",
+            &[LineRow::gap(0), LineRow::new(1, 2), LineRow::gap(2)],
+        )
+        .unwrap();
     }
 
     #[test]

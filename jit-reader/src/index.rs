@@ -26,7 +26,7 @@ use std::ops::{Bound, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use jit_interface::{Arch, Decoded, LiveCheck, UnwindRow};
+use jit_interface::{Arch, Decoded, LiveCheck, Liveness, UnwindRow};
 
 use crate::memory::Memory;
 use crate::records::{Func, Records};
@@ -53,7 +53,7 @@ impl Entry {
         };
         // An unreadable slot (freed and unmapped, or missing from a core) proves nothing
         // alive: such code gets no unwinding rather than possibly stale rows.
-        if mem.read_u64(live.address) == Some(live.key) {
+        if live.state(mem.read_u64(live.address)) == Liveness::Live {
             true
         } else {
             self.dead.store(true, Ordering::Relaxed);

@@ -331,13 +331,16 @@ impl<'a> Sink<'a> for RecordSink<'a> {
     fn lines(&mut self, file: &'a str, rows: &[LineRow]) -> Check {
         let at = self.r.lines.len();
         let f = self.current().ok_or_else(ask_the_model)?;
-        // The model: strictly increasing offsets inside the function, lines from 1.
+        // The model: strictly increasing offsets inside the function, never two gaps (line
+        // 0) in a row.
         let mut next = 0u32;
+        let mut after_gap = false;
         for r in rows {
-            if r.offset < next || r.offset >= f.size || r.line == 0 {
+            if r.offset < next || r.offset >= f.size || (after_gap && r.is_gap()) {
                 return Err(ask_the_model());
             }
             next = r.offset + 1;
+            after_gap = r.is_gap();
         }
         if !f.lines.is_empty() {
             // Set twice: the model replaces; the decoder never does it.

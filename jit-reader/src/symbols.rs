@@ -16,6 +16,10 @@
 //!   All rows of all the symtab's functions go in at once, sorted by address, and each
 //!   function's end gets a line-0 row (GDB's end-of-sequence marker) unless another row
 //!   starts there, so that addresses after a function's last row are not given its line.
+//! - A gap row (line 0: no source line from there) goes in as it is: GDB's line table
+//!   takes line 0 as the end of the range before, and shows the addresses up to the next
+//!   row without a line, as it does after a function's end. A function ending in a gap
+//!   needs no end marker.
 //!
 //! GDB copies everything it is given, and a payload may hold a hundred thousand functions:
 //! the plan keeps all strings in one buffer and all blocks and rows in one vector each, and
@@ -29,7 +33,7 @@ use std::collections::BTreeMap;
 use std::ffi::CStr;
 use std::ops::Range;
 
-use jit_interface::{Decoded, LiveCheck};
+use jit_interface::{Decoded, LineRow, LiveCheck, Liveness};
 
 use crate::memory::Memory;
 use crate::records::{Func, Records};
@@ -215,8 +219,8 @@ pub fn drop_tombstones(records: &mut Records<'_>, mem: &dyn Memory) -> Vec<Tombs
     objects.retain(|o| {
         let found = held[k];
         k += 1;
-        match (o.live, found) {
-            (Some(live), Some(found)) if found != live.key => {
+        match o.live.map(|live| (live, live.state(found))) {
+            Some((live, Liveness::Unregistered { found })) => {
                 let fns = records.functions(o);
                 dropped.push(Tombstone {
                     first: fns.first().map_or_else(String::new, |f| f.name.to_owned()),
@@ -391,11 +395,11 @@ fn blocks(p: &mut Plan, records: &Records<'_>, fns: &[&Func<'_>]) -> Result<(), 
     Ok(())
 }
 
-/// Checks one line row of `f`; returns its address and line.
+/// Checks one line row of `f`; returns its address and line (0 for a gap).
 #[inline]
 fn line_row(f: &Func<'_>, i: usize, offset: u32, line: u32) -> Result<(u64, i32), String> {
     match i32::try_from(line) {
-        Ok(l) if l > 0 && offset < f.size => Ok((f.start + u64::from(offset), l)),
+        Ok(l) if offset < f.size => Ok((f.start + u64::from(offset), l)),
         _ => bad_line_row(f, i, offset, line),
     }
 }
@@ -409,10 +413,12 @@ fn bad_line_row(f: &Func<'_>, i: usize, offset: u32, line: u32) -> Result<(u64, 
             f.size
         )));
     }
-    let line = i32::try_from(line)
-        .ok()
-        .filter(|&l| l > 0)
-        .ok_or_else(|| bad(format!("line {line} is not between 1 and {}", i32::MAX)))?;
+    let line = i32::try_from(line).map_err(|_| {
+        bad(format!(
+            "line {line} is above {}, the highest GDB takes",
+            i32::MAX
+        ))
+    })?;
     Ok((f.start + u64::from(offset), line))
 }
 
@@ -440,6 +446,10 @@ fn lines(p: &mut Plan, records: &Records<'_>, fns: &[&Func<'_>]) -> Result<(), S
                 }
                 p.lines.push(LinePlan { line, pc });
             }
+            // A last row that is a gap already ends the function's lines.
+            if records.lines(f).last().is_some_and(LineRow::is_gap) {
+                continue;
+            }
             p.lines.push(LinePlan {
                 line: 0,
                 pc: f.end(),
@@ -457,7 +467,9 @@ fn lines(p: &mut Plan, records: &Records<'_>, fns: &[&Func<'_>]) -> Result<(), S
                 let (pc, line) = line_row(f, i, r.offset, r.line)?;
                 rows.push((pc, 0, line));
             }
-            rows.push((f.end(), 1, 0));
+            if !records.lines(f).last().is_some_and(LineRow::is_gap) {
+                rows.push((f.end(), 1, 0));
+            }
         }
         rows.sort_unstable();
         for (pc, kind, line) in rows {
@@ -590,6 +602,43 @@ mod tests {
         o.set_lines(b, "x.js", &rows(&[(0, 5)])).unwrap();
         let p = plan(&one(o)).unwrap();
         assert_eq!(lines_of(&p, 0), [(0x1000, 1), (0x1010, 5), (0x1020, 0)]);
+    }
+
+    /// Gap rows reach GDB as line-0 rows, first, between lines and last (then without an
+    /// end marker), in address order and out of it.
+    #[test]
+    fn gap_rows_become_line_0_rows() {
+        for swapped in [false, true] {
+            let mut o = JitObject::new();
+            let (l, gap) = (LineRow::new, LineRow::gap);
+            let (a_at, b_at) = if swapped {
+                (0x1020, 0x1000)
+            } else {
+                (0x1000, 0x1020)
+            };
+            let a = o.add_function("a", a_at, 0x20).unwrap();
+            o.set_lines(a, "x.js", &[gap(0), l(4, 7), gap(8), l(12, 8)])
+                .unwrap();
+            let b = o.add_function("b", b_at, 0x20).unwrap();
+            o.set_lines(b, "x.js", &[l(0, 20), gap(0x10)]).unwrap();
+            let p = plan(&one(o)).unwrap();
+            let (a_rows, b_rows) = (
+                vec![(a_at, 0), (a_at + 4, 7), (a_at + 8, 0), (a_at + 12, 8)],
+                vec![(b_at, 20), (b_at + 0x10, 0)],
+            );
+            let want: Vec<(u64, i32)> = if swapped {
+                // b ends in a gap (no end marker), then a, with its end marker.
+                b_rows
+                    .into_iter()
+                    .chain(a_rows)
+                    .chain([(0x1040, 0)])
+                    .collect()
+            } else {
+                // a's end marker gives way to b's first row; b ends in a gap.
+                a_rows.into_iter().chain(b_rows).collect()
+            };
+            assert_eq!(lines_of(&p, 0), want, "swapped: {swapped}");
+        }
     }
 
     #[test]

@@ -266,7 +266,8 @@ impl JitFnInfo {
     pub fn contains(&self, addr: u64) -> bool {
         addr >= self.start && addr < self.start + self.size
     }
-    /// Source line of the code at `addr` (by the host's line rows).
+    /// Source line of the code at `addr` (by the host's line rows; `None` in a gap, a row
+    /// of line 0).
     pub fn line_at(&self, addr: u64) -> Option<u32> {
         if !self.contains(addr) {
             return None;
@@ -277,6 +278,7 @@ impl JitFnInfo {
             .rev()
             .find(|(o, _)| *o <= off)
             .map(|&(_, l)| l)
+            .filter(|&l| l != 0)
     }
 }
 

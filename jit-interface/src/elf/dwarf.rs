@@ -919,8 +919,10 @@ fn line_program(
             prev = None;
             continue;
         };
-        // `neighbours(layout, prev, i)`, from what the loop knows.
+        // `neighbours(layout, prev, i)`, from what the loop knows. A function that starts
+        // in a gap starts a sequence (see `Lines::gap`).
         let continues = first.offset == 0
+            && !first.is_gap()
             && prev.is_some_and(|(p, end)| p + 1 == i && f.start() - end <= MAX_PADDING);
         if !continues {
             if let Some(end) = open {
@@ -1064,11 +1066,27 @@ impl Lines<'_> {
         self.address = address;
     }
 
+    /// A gap row at `address`: the open sequence ends there, and a new one starts with a
+    /// row of line 0. Line 0 is DWARF's "no source line", but GDB's DWARF reader (13,
+    /// tried) skips line-0 rows, so the line before would run on over the gap; the end of
+    /// the sequence stops it there for every reader, and the line-0 row is the gap for
+    /// readers that take line 0 as such (LLDB: "no source code associated with it") or
+    /// that read rows and skip ends of sequences (our inspector and growing index, gimli
+    /// users). A gap between two rows costs 19 bytes of `.debug_line` (its row and the
+    /// longer step to the next line included), 1 at the start of a sequence.
+    #[cold]
+    fn gap(&mut self, address: u64) {
+        self.end_sequence(address);
+        self.set_address(address);
+        row(self.out, (&mut self.address, &mut self.line), address, 0);
+    }
+
     /// Appends the rows of the function at `start`. The first moves from wherever the
-    /// program is; the others step within the function, and the usual step is one special
-    /// opcode: those are computed for up to [`ROW_CHUNK`] rows at a time in a loop without
-    /// branches (which the compiler runs on several rows at once), and appended at once if
-    /// all are; if not, that chunk's rows are written one by one.
+    /// program is (a gap first is only ever at the start of a sequence: see
+    /// [`line_program`]); the others step within the function, and the usual step is one
+    /// special opcode: those are computed for up to [`ROW_CHUNK`] rows at a time in a loop
+    /// without branches (which the compiler runs on several rows at once), and appended at
+    /// once if all are; if not (or for a gap), that chunk's rows are written one by one.
     #[inline(always)]
     fn rows(&mut self, start: u64, rows: &[LineRow]) {
         let Some(first) = rows.first() else {
@@ -1099,7 +1117,8 @@ impl Lines<'_> {
                 // `l` and `l + 2` both below 16 (a line step back wraps `l` far above;
                 // shifted, it keeps bits above 35), and `code <= 255`.
                 const _: () = assert!(LINE_RANGE + 2 == 16);
-                wide |= ((l | l.wrapping_add(2)) << 4) | code;
+                // A gap is never one special opcode (see `gap`).
+                wide |= ((l | l.wrapping_add(2)) << 4) | code | (u64::from(r.line == 0) << 8);
                 *op = code as u8;
                 prev = *r;
             }
@@ -1108,6 +1127,10 @@ impl Lines<'_> {
                 (self.address, self.line) = (start + u64::from(prev.offset), prev.line.into());
             } else {
                 for r in chunk {
+                    if r.is_gap() {
+                        self.gap(start + u64::from(r.offset));
+                        continue;
+                    }
                     row(
                         self.out,
                         (&mut self.address, &mut self.line),
@@ -1149,7 +1172,13 @@ mod tests {
             let mut rows = Vec::new();
             let (mut offset, mut line) = (0u32, 1 + r.below(10_000) as u32);
             while offset < size && rows.len() < 40 {
-                rows.push(LineRow { offset, line });
+                // Now and then a gap (line 0), never two in a row.
+                let gap = r.below(6) == 0 && !rows.last().is_some_and(LineRow::is_gap);
+                rows.push(if gap {
+                    LineRow::gap(offset)
+                } else {
+                    LineRow { offset, line }
+                });
                 offset += 1 + r.pick(&[0, 1, 5, 17, 300, 70_000]) as u32;
                 line = (line as i64 + r.pick(&[-3000i64, -2, 0, 1, 8, 40, 5000])).max(1) as u32;
             }
@@ -1171,7 +1200,8 @@ mod tests {
                 if row.end_sequence() {
                     end = Some(row.address());
                 } else {
-                    let line = row.line().unwrap().get() as u32;
+                    // gimli reads line 0 (a gap) as no line.
+                    let line = row.line().map_or(0, |l| l.get()) as u32;
                     let offset = (row.address() - start) as u32;
                     read.push(LineRow { offset, line });
                 }
@@ -1262,6 +1292,46 @@ mod tests {
                 pair("a.js", "f"),
                 pair("b.js", "c"),
                 pair("<jit>", "n"),
+            ]
+        );
+    }
+
+    /// Gap rows are rows of line 0, DWARF's "no source line", each after the end of the
+    /// sequence before (GDB skips line-0 rows): first, between lines and last, also where
+    /// one function's sequence would run on into the next.
+    #[test]
+    fn gap_rows_end_a_sequence_and_start_one_with_line_0() {
+        let mut o = JitObject::new();
+        let a = o.add_function("a", 0x1000, 0x10).unwrap();
+        let b = o.add_function("b", 0x1010, 0x10).unwrap();
+        let c = o.add_function("c", 0x1020, 0x10).unwrap();
+        let (l, gap) = (LineRow::new, LineRow::gap);
+        o.set_lines(a, "a.js", &[gap(0), l(2, 40), gap(6), l(9, 41), gap(12)])
+            .unwrap();
+        o.set_lines(b, "a.js", &[gap(0), l(4, 42)]).unwrap();
+        o.set_lines(c, "a.js", &[l(0, 43), gap(3)]).unwrap();
+        let at = |offset: u64, n| line("a.js", 0x1000 + offset, Some(n));
+        let end = |offset: u64| line("a.js", 0x1000 + offset, None);
+        assert_eq!(
+            Parsed::encode(&o).lines(),
+            [
+                // a starts a sequence: its gap needs no end before it.
+                at(0, 0),
+                at(2, 40),
+                end(6),
+                at(6, 0),
+                at(9, 41),
+                end(12),
+                at(12, 0),
+                // b starts in a gap: not in a's sequence.
+                end(0x10),
+                at(0x10, 0),
+                at(0x14, 42),
+                // c continues b's sequence.
+                at(0x20, 43),
+                end(0x23),
+                at(0x23, 0),
+                end(0x30),
             ]
         );
     }

@@ -52,7 +52,7 @@ pub(crate) struct Line {
     /// Name of the compile unit.
     pub unit: String,
     pub address: u64,
-    /// `None` for the end of a sequence.
+    /// `None` for the end of a sequence; `Some(0)` for a gap (a row without a line).
     pub line: Option<u64>,
 }
 
@@ -136,7 +136,8 @@ impl Parsed {
                     line: if row.end_sequence() {
                         None
                     } else {
-                        row.line().map(|l| l.get())
+                        // gimli reads line 0 (a gap) as no line.
+                        Some(row.line().map_or(0, |l| l.get()))
                     },
                 });
             }

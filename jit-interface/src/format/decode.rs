@@ -456,16 +456,20 @@ fn decode_lines<'a>(
                 at,
             ));
         };
-        let Some(line32) = line.and_then(|l| u32::try_from(l).ok()).filter(|&l| l > 0) else {
+        let Some(line32) = line.and_then(|l| u32::try_from(l).ok()) else {
             return Err(invalid(
                 format!(
-                    "line row {j}: line {} + {line_adv} is outside 1..=2^32 - 1",
+                    "line row {j}: line {} + {line_adv} is outside 0..=2^32 - 1 (0: a gap)",
                     state.line
                 ),
                 at,
             ));
         };
-        state.line = i64::from(line32);
+        // A gap (line 0) leaves the register at the last line, which the next row
+        // advances from.
+        if line32 != LineRow::GAP {
+            state.line = i64::from(line32);
+        }
         rows.push(LineRow {
             offset: offset32,
             line: line32,

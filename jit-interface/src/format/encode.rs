@@ -467,7 +467,11 @@ fn write_function<'a>(
                 line_now - prev_line,
             );
             offset = r.offset;
-            prev_line = line_now;
+            // A gap (line 0) leaves the register at the last line: the row after it
+            // usually steps from there in one byte.
+            if !r.is_gap() {
+                prev_line = line_now;
+            }
         }
         carry.line = prev_line;
     }

@@ -78,6 +78,31 @@ pub struct LiveCheck {
     pub key: u64,
 }
 
+/// What an object's live slot says (see [`LiveCheck::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Liveness {
+    /// The slot holds the key: registered.
+    Live,
+    /// The slot holds something else (`found`): unregistered, its record left in place.
+    Unregistered { found: u64 },
+    /// The slot could not be read (unmapped, absent from a core file): nothing proven.
+    /// Consumers choose: listing keeps such objects (the format says they count as live);
+    /// unwinding does not trust their rows.
+    Unreadable,
+}
+
+impl LiveCheck {
+    /// The one liveness rule every consumer applies: the object is registered while its slot
+    /// holds its key. `held`: what the slot holds, `None` if it could not be read.
+    pub fn state(&self, held: Option<u64>) -> Liveness {
+        match held {
+            Some(v) if v == self.key => Liveness::Live,
+            Some(found) => Liveness::Unregistered { found },
+            None => Liveness::Unreadable,
+        }
+    }
+}
+
 /// A decoded compact payload (its source texts are the object's: `JitObject::sources`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decoded {

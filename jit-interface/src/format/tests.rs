@@ -277,9 +277,15 @@ fn random_object(rng: &mut Rng) -> JitObject {
             let mut rs = Vec::new();
             let mut off = rng.below(3) as u32;
             for _ in 0..rng.below(20) {
+                // Now and then a gap (line 0), never two in a row (the model refuses those).
+                let gap = rng.below(5) == 0 && !rs.last().is_some_and(LineRow::is_gap);
                 rs.push(LineRow {
                     offset: off,
-                    line: 1 + rng.mostly_below(5, 1 << 32, 50) as u32 % u32::MAX,
+                    line: if gap {
+                        0
+                    } else {
+                        1 + rng.mostly_below(5, 1 << 32, 50) as u32 % u32::MAX
+                    },
                 });
                 off += 1 + rng.mostly_below(5, 1000, 25) as u32;
             }
@@ -322,6 +328,87 @@ fn random_objects_round_trip() {
         done += 1;
     }
     assert!(done > 1000, "only {done} random objects were valid");
+}
+
+/// Gap rows (line 0) round trip first, between lines, last, and across functions; a gap
+/// leaves the line register at the last line, so the row after it takes one byte as usual:
+/// a gap costs only its own row.
+#[test]
+fn gap_rows_round_trip_and_cost_only_their_own_row() {
+    let with_rows = |a: &[LineRow], b: &[LineRow]| {
+        let mut o = JitObject::with_arch(Arch::X86_64);
+        let f = o.add_function("f", 0x1000, 32).unwrap();
+        o.set_lines(f, "a.js", a).unwrap();
+        let g = o.add_function("g", 0x1020, 32).unwrap();
+        o.set_lines(g, "a.js", b).unwrap();
+        o
+    };
+    let (l, gap) = (LineRow::new, LineRow::gap);
+    let plain = with_rows(&[l(0, 40), l(9, 41)], &[l(0, 42)]);
+    let gaps = with_rows(
+        &[gap(0), l(2, 40), gap(6), l(9, 41), gap(12)],
+        &[gap(0), l(4, 42), gap(31)],
+    );
+    for o in [&plain, &gaps] {
+        let bytes = encode(o, Some(LIVE)).unwrap();
+        assert_eq!(decode(&bytes).unwrap().object, *o);
+    }
+    // The rows around the gaps take what they take without them.
+    let mut between = with_rows(&[l(0, 40), gap(6), l(9, 41)], &[l(0, 42)]);
+    let gap_len =
+        |o: &JitObject| encode(o, None).unwrap().len() - encode(&plain, None).unwrap().len();
+    // From line 40, a gap is an advance of -40: the escape, offset and line in one byte each.
+    assert_eq!(gap_len(&between), 3);
+    // A gap at the start of an object is line 1 + (-1): one special opcode.
+    between = with_rows(&[gap(0), l(2, 40), l(9, 41)], &[l(0, 42)]);
+    let first_gap = encode(&between, None).unwrap();
+    assert_eq!(decode(&first_gap).unwrap().object, between);
+    assert_eq!(gap_len(&between), 1);
+}
+
+/// Lines of a payload outside 0..2^32 and two gaps in a row are refused with their offsets.
+#[test]
+fn bad_gap_rows_are_refused_with_offsets() {
+    // Line register 1, advance -2: line -1.
+    let mut w = header(&["x.js"]);
+    w.uleb(1);
+    w.text("f");
+    w.sleb(0x1000);
+    w.uleb(8);
+    w.u8(super::encode::FUNCTION_LINES);
+    w.uleb(0); // file
+    w.uleb(1);
+    let row_at = w.buf.len();
+    w.u8(0);
+    w.uleb(0);
+    w.sleb(-2);
+    let e = decode_all(&w.buf).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("object 0: function 0 `f`: line row 0: line 1 + -2 is outside 0..=2^32 - 1 (0: a gap), at byte offset {row_at}")
+    );
+
+    // Gaps at offsets 0 and 1: each is line 1 + (-1), the register staying at 1.
+    let mut w = header(&["x.js"]);
+    w.uleb(1);
+    w.text("f");
+    w.sleb(0x1000);
+    w.uleb(8);
+    w.u8(super::encode::FUNCTION_LINES);
+    let lines_at = w.buf.len();
+    w.uleb(0); // file
+    w.uleb(2);
+    w.u8(0);
+    w.uleb(0);
+    w.sleb(-1);
+    w.u8(0);
+    w.uleb(1);
+    w.sleb(-1);
+    let e = decode_all(&w.buf).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!("object 0: function 0 `f`: line row 1 at offset 1 is a gap (line 0) right after the gap of row 0 at offset 0: a gap lasts up to the next row with a line, so leave out row 1, at byte offset {lines_at}")
+    );
 }
 
 #[test]

@@ -268,6 +268,9 @@ fn dwarf(file: &object::File<'_>, functions: &mut Vec<FunctionInfo>, problems: &
                 _ => lines.push((a, l)),
             }
         }
+        // A gap after a gap says nothing more (other producers write them; the model
+        // refuses them).
+        lines.dedup_by(|later, earlier| later.1 == 0 && earlier.1 == 0);
         f.lines = lines;
         // One file per function in our model: the file of its first row.
         f.file = Some(files[rows[0].2].clone());
@@ -307,8 +310,10 @@ fn line_rows(
         if row.end_sequence() {
             continue;
         }
-        let Some(line) = row.line() else { continue };
-        let line = u32::try_from(line.get()).unwrap_or(u32::MAX);
+        // Line 0 (gimli: no line) is a gap: kept, so that it ends the row before.
+        let line = row
+            .line()
+            .map_or(0, |l| u32::try_from(l.get()).unwrap_or(u32::MAX));
         let index = row.file_index();
         let file = match file_cache.get(&index) {
             Some(&f) => f,

@@ -25,7 +25,7 @@ mod tests;
 use std::fmt;
 
 use crate::format::{self, DecodeError, LiveCheck};
-use crate::model::Arch;
+use crate::model::{Arch, LineRow};
 
 pub use json::{
     entry_json, json_string, list_json, payload_info_json, payload_json, read_entry_json,
@@ -67,7 +67,7 @@ pub struct FunctionInfo {
     /// Source file of the line rows, if known.
     pub file: Option<String>,
     /// (absolute address, line) rows sorted by address; each holds up to the next row or the
-    /// function end.
+    /// function end. Line 0 is a gap: no source line there (never two in a row).
     pub lines: Vec<(u64, u32)>,
     /// Index of the object record the function belongs to (compact bundles hold several
     /// objects; always 0 for ELF).
@@ -85,13 +85,16 @@ impl FunctionInfo {
         addr >= self.start && addr < self.end()
     }
 
-    /// Source line of the code at `addr` (`None` outside the rows or the function).
+    /// Source line of the code at `addr` (`None` outside the rows or the function, or in
+    /// a gap).
     pub fn line_at(&self, addr: u64) -> Option<u32> {
         if !self.contains(addr) {
             return None;
         }
         let i = self.lines.partition_point(|&(a, _)| a <= addr);
-        i.checked_sub(1).map(|i| self.lines[i].1)
+        i.checked_sub(1)
+            .map(|i| self.lines[i].1)
+            .filter(|&l| l != LineRow::GAP)
     }
 }
 
@@ -142,8 +145,12 @@ impl PayloadInfo {
             .objects
             .iter()
             .map(|o| {
-                o.live
-                    .is_some_and(|l| read_u64(l.address).is_some_and(|v| v != l.key))
+                o.live.is_some_and(|l| {
+                    matches!(
+                        l.state(read_u64(l.address)),
+                        format::Liveness::Unregistered { .. }
+                    )
+                })
             })
             .collect();
         let is_dead = |object: usize| dead.get(object).copied().unwrap_or(false);

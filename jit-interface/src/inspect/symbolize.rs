@@ -24,7 +24,7 @@ pub struct Symbol<'a> {
     pub function: &'a FunctionInfo,
     /// `addr - function.start`.
     pub offset: u64,
-    /// Source line at the address, if the function has rows covering it.
+    /// Source line at the address, if the function has rows covering it (`None` in a gap).
     pub line: Option<u32>,
 }
 
@@ -191,7 +191,8 @@ impl Symbolizer {
         let rows = &self.rows[from..upto];
         let offset = addr - seg.function_start;
         let j = rows.partition_point(|&(o, _)| u64::from(o) <= offset);
-        let line = j.checked_sub(1).map(|j| rows[j].1);
+        // A gap row (line 0) covers its addresses with no line.
+        let line = j.checked_sub(1).map(|j| rows[j].1).filter(|&l| l != 0);
         Some(Symbol {
             function: &self.functions[seg.owner as usize],
             offset,

@@ -575,3 +575,68 @@ print(repr(d["sources"][0]["text"]), d["sources"][1]["file"], len(d["functions"]
         Err(_) => eprintln!("SKIPPED the JSON parse check: python3 is not installed"),
     }
 }
+
+/// Gap rows (line 0) read from either payload as gaps: the inspector and the symbolizer
+/// give their addresses no line, and the rows after a gap their lines.
+#[test]
+fn gap_rows_have_no_line() {
+    let mut o = JitObject::new();
+    let f = o.add_function("jit_glue", 0x7f00_0000_1000, 0x40).unwrap();
+    let (l, gap) = (LineRow::new, LineRow::gap);
+    o.set_lines(
+        f,
+        "g.js",
+        &[gap(0), l(4, 10), gap(8), l(0x10, 11), gap(0x30)],
+    )
+    .unwrap();
+    let mut payloads = vec![("compact", encode(&o, None).unwrap())];
+    #[cfg(feature = "runtime")]
+    payloads.push(("elf", crate::elf::encode(&o).unwrap()));
+    for (kind, bytes) in payloads {
+        let info = decode_payload(&bytes).unwrap();
+        assert!(info.problems.is_empty(), "{kind}: {:?}", info.problems);
+        let f = info
+            .functions
+            .iter()
+            .find(|f| f.name == "jit_glue")
+            .unwrap();
+        let at = |offset: u64| 0x7f00_0000_1000 + offset;
+        assert_eq!(
+            f.lines,
+            [
+                (at(0), 0),
+                (at(4), 10),
+                (at(8), 0),
+                (at(0x10), 11),
+                (at(0x30), 0)
+            ],
+            "{kind}"
+        );
+        let s = Symbolizer::new(info.functions.clone());
+        for (offset, want) in [
+            (0, None),
+            (3, None),
+            (4, Some(10)),
+            (7, Some(10)),
+            (8, None),
+            (0xf, None),
+            (0x10, Some(11)),
+            (0x2f, Some(11)),
+            (0x30, None),
+            (0x3f, None),
+        ] {
+            let hit = s.lookup(at(offset)).unwrap();
+            assert_eq!(
+                (hit.function.name.as_str(), hit.line),
+                ("jit_glue", want),
+                "{kind} +{offset:#x}"
+            );
+            assert_eq!(
+                hit.location(),
+                want.map(|n| format!("g.js:{n}")),
+                "{kind} +{offset:#x}"
+            );
+            assert_eq!(f.line_at(at(offset)), want, "{kind} +{offset:#x}");
+        }
+    }
+}

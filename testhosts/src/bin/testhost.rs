@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use jit_interface::{Format, JitObject, Registration};
+use jit_interface::{Format, JitObject, LineRow, Registration};
 
 use scenario::{FrameDesc, JitFn, Natives};
 
@@ -54,6 +54,9 @@ OPTIONS
   --source-name NAME          register the source under NAME (e.g. a relative `fib.js`)
                               instead of its path in --source-dir
   --no-lines                  register the functions without line rows
+  --line-gaps                 jit_middle's spill of n (`sub rsp, 16; mov [rbp-8], rdi`,
+                              after its frame setup) has no source line: a gap row
+                              (line 0, printed as OFF:0) between lines 6 and 7
   --base ADDR|any             address of the code buffer (default 0x1a1700000000; `any`:
                               the kernel's choice)
   -h, --help                  this text
@@ -133,6 +136,7 @@ struct Options {
     source: SourceMode,
     source_name: Option<String>,
     no_lines: bool,
+    line_gaps: bool,
     base: Option<u64>,
 }
 
@@ -155,6 +159,7 @@ fn parse_args() -> Result<Options, String> {
         source: SourceMode::Absent,
         source_name: None,
         no_lines: false,
+        line_gaps: false,
         base: Some(DEFAULT_BASE),
     };
     while let Some(a) = args.next() {
@@ -182,6 +187,7 @@ fn parse_args() -> Result<Options, String> {
             "--source-dir" => o.source_dir = PathBuf::from(value("a directory")?),
             "--source-name" => o.source_name = Some(value("a file name")?),
             "--no-lines" => o.no_lines = true,
+            "--line-gaps" => o.line_gaps = true,
             "--source" => {
                 o.source = match value("absent, file or text")?.as_str() {
                     "absent" => SourceMode::Absent,
@@ -253,6 +259,23 @@ fn describe(
     Ok(())
 }
 
+/// `--line-gaps`: jit_middle's third and fourth instructions (`sub rsp, 16; mov [rbp-8],
+/// rdi`: the spill after its frame setup, still in line 6's row) get no source line, as a
+/// compiler's glue would; line 7's row follows them.
+fn add_line_gap(fns: &mut [JitFn]) {
+    let f = fns
+        .iter_mut()
+        .find(|f| f.name == "jit_middle")
+        .expect("jit_middle");
+    let at = f.insns[2];
+    let k = f.lines.partition_point(|r| r.offset < at);
+    assert!(
+        f.lines.get(k).is_some_and(|r| r.offset > at) && k > 0,
+        "the spill is inside line 6's row"
+    );
+    f.lines.insert(k, LineRow::gap(at));
+}
+
 fn join<T: std::fmt::Display>(items: impl Iterator<Item = T>) -> String {
     items.map(|x| x.to_string()).collect::<Vec<_>>().join(",")
 }
@@ -290,7 +313,10 @@ fn real_main() -> Result<(), String> {
         callback: jit_test_callback as *const () as u64,
         break_here: jit_test_break_here as *const () as u64,
     };
-    let fns = scenario::compile(base, natives);
+    let mut fns = scenario::compile(base, natives);
+    if o.line_gaps {
+        add_line_gap(&mut fns);
+    }
     for f in &fns {
         buf.write(f.offset as usize, &f.code);
         let frame = match f.frame {

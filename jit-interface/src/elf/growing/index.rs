@@ -247,7 +247,9 @@ fn line_rows(
     lines.clear();
     while let Some((_, row)) = rows.next_row().ok()? {
         if !row.end_sequence() {
-            lines.push((row.address(), u32::try_from(row.line()?.get()).ok()?));
+            // gimli reads line 0, a gap, as no line.
+            let line = row.line().map_or(0, |l| l.get());
+            lines.push((row.address(), u32::try_from(line).ok()?));
         }
     }
     Some(())

@@ -582,7 +582,13 @@ fn several(seed: u64, address: u64) -> JitObject {
         let mut offset = next(3) as u32;
         let mut line = 1 + next(400) as u32;
         while offset < size {
-            rows.push(LineRow { offset, line });
+            // Now and then a gap (line 0), never two in a row; decided without drawing a
+            // number, so that the objects are otherwise those of before gaps existed.
+            let gap = line % 7 == 0 && !rows.last().is_some_and(LineRow::is_gap);
+            rows.push(LineRow {
+                offset,
+                line: if gap { 0 } else { line },
+            });
             offset += 1 + next(9) as u32;
             line = (line as i64 + next(30) as i64 - 10).max(1) as u32;
         }
