@@ -43,9 +43,8 @@
 //!
 //! ## Lines
 //! The code of a source location gets its line, from its start on. Code without a
-//! location (or whose location maps to no line) takes the line of the code before it:
-//! line rows cannot leave a gap yet. Code before the first location (the prologue) has no
-//! line.
+//! location, or whose location the mapping gives no line, has no line (a gap row): a
+//! debugger shows it without one, as in the prologue.
 //!
 //! x86-64 only, like jit-interface's unwinding.
 
@@ -233,26 +232,42 @@ impl CompiledFunction {
         &self.saved
     }
 
-    /// The line rows for `line_of`: a row where a source location with a line starts, unless
-    /// the line is the one already in force.
+    /// The line rows for `line_of`: a row where a source location with a line starts, and a
+    /// gap row ([`LineRow::gap`]) where code without a line starts (no location, or one
+    /// `line_of` maps to no line), unless that line (or gap) is in force already. The code
+    /// before the first row has no line anyway: no gap starts the rows.
     pub fn line_rows(&self, line_of: &mut dyn FnMut(SourceLoc) -> Option<u32>) -> Vec<LineRow> {
         let mut rows: Vec<LineRow> = Vec::new();
-        for &(start, end, loc) in &self.srclocs {
-            if start == end || loc.is_default() {
-                continue;
+        let in_force =
+            |rows: &[LineRow], line| rows.last().map_or(line == LineRow::GAP, |r| r.line == line);
+        let push = |rows: &mut Vec<LineRow>, offset, line| {
+            if in_force(rows, line) {
+                return;
             }
-            let Some(line) = line_of(loc) else { continue };
-            if rows.last().is_some_and(|r| r.line == line) {
-                continue;
-            }
-            // Sorted by start already; a region that starts where the last one did replaces it.
-            if rows.last().is_some_and(|r| r.offset == start) {
+            // A region that starts where the last row does replaces it.
+            if rows.last().is_some_and(|r| r.offset == offset) {
                 rows.pop();
+                if in_force(rows, line) {
+                    return;
+                }
             }
-            rows.push(LineRow {
-                offset: start,
-                line,
-            });
+            rows.push(LineRow::new(offset, line));
+        };
+        // The end of the code with locations so far.
+        let mut end = 0;
+        for &(start, stop, loc) in &self.srclocs {
+            if start == stop {
+                continue;
+            }
+            if start > end {
+                push(&mut rows, end, LineRow::GAP);
+            }
+            let line = if loc.is_default() { None } else { line_of(loc) };
+            push(&mut rows, start, line.unwrap_or(LineRow::GAP));
+            end = end.max(stop);
+        }
+        if end < self.size {
+            push(&mut rows, end, LineRow::GAP);
         }
         rows
     }

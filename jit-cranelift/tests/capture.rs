@@ -113,19 +113,24 @@ fn captures_frame_rows_saved_registers_calls_and_lines() {
     assert_eq!(calls[0].callee, Callee::User(UserExternalName::new(0, 3)));
     assert!(calls[0].return_offset > 4 && calls[0].return_offset < size);
 
-    // Line rows start after the prologue, for lines 1 to 3, and never repeat a line.
+    // Line rows start after the prologue, for lines 1 to 3, and never repeat a line; gaps
+    // (line 0) only between lines or last.
     let lines = f.line_rows(&mut |loc| Some(loc.bits()));
-    assert!(lines[0].offset > 4, "{lines:?}");
+    assert!(lines[0].offset > 4 && !lines[0].is_gap(), "{lines:?}");
     assert!(lines
         .windows(2)
         .all(|w| w[0].offset < w[1].offset && w[0].line != w[1].line));
-    let mut seen: Vec<u32> = lines.iter().map(|r| r.line).collect();
+    let mut seen: Vec<u32> = lines.iter().filter_map(|r| r.source_line()).collect();
     seen.sort();
     seen.dedup();
     assert_eq!(seen, [1, 2, 3], "{lines:?}");
-    // A mapping that drops a location: that location's code keeps the line before it.
+    // A mapping that gives a location no line: a gap where its code starts.
     let no_two = f.line_rows(&mut |loc| Some(loc.bits()).filter(|&l| l != 2));
-    assert!(no_two.iter().all(|r| r.line != 2) && !no_two.is_empty());
+    assert!(no_two.iter().all(|r| r.line != 2), "{no_two:?}");
+    for (r, g) in lines.iter().zip(&no_two) {
+        assert_eq!(r.offset, g.offset, "{lines:?} {no_two:?}");
+        assert_eq!(g.line, if r.line == 2 { LineRow::GAP } else { r.line });
+    }
 
     // Into an object: everything above, the callee resolved by the caller's mapping.
     let mut obj = JitObject::new();
