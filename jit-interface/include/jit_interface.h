@@ -22,6 +22,9 @@ typedef enum jit_base_type {
   JIT_TYPE_F32, JIT_TYPE_F64, JIT_TYPE_POINTER
 } jit_base_type;
 typedef enum jit_location_kind { JIT_LOC_REGISTER = 0, JIT_LOC_FRAME_OFFSET = 1 } jit_location_kind;
+typedef enum jit_register_rule {
+  JIT_REG_AT_CFA = 0, JIT_REG_IN_REGISTER = 1, JIT_REG_SAME_VALUE = 2, JIT_REG_UNDEFINED = 3
+} jit_register_rule;
 
 
 /**
@@ -128,6 +131,18 @@ int jit_object_set_frame_pointer(struct jit_object *obj, int32_t fn, uint32_t pu
  * `obj` came from `jit_object_new`.
  */
 int jit_object_add_epilogue(struct jit_object *obj, int32_t fn, uint32_t restore_end, uint32_t ret_end);
+
+/**
+ * Adds a register rule to function `fn`: from code offset `offset` on, the caller's
+ * register `reg` (DWARF number: rbx 3, r12-r15 12-15, ...) is found by `rule` with `value`
+ * (see `jit_register_rule`). Rules are added in offset order. Callee-saved registers
+ * (rbx, r12-r15) without a rule show as `<not saved>` in the debugger's caller frames;
+ * before its first rule a register is the caller's. Returns 0, or -1.
+ *
+ * # Safety
+ * `obj` came from `jit_object_new`.
+ */
+int jit_object_add_register_rule(struct jit_object *obj, int32_t fn, uint32_t offset, uint16_t reg, jit_register_rule rule, int32_t value);
 
 /**
  * Adds a named block (scope or inlined region) `[start, end)` (offsets) to function `fn`,

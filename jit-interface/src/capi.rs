@@ -12,8 +12,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::Error;
 use crate::model::{
-    BaseType, CallTarget, CfaBase, FunctionId, JitObject, LineRow, Location, UnwindRow, Variable,
-    VariableKind,
+    BaseType, CallTarget, CfaBase, FunctionId, JitObject, LineRow, Location, RegisterRule,
+    UnwindRow, Variable, VariableKind,
 };
 use crate::registry::{register, Format, Registration};
 
@@ -39,6 +39,11 @@ pub type jit_base_type = u32;
 /// `JIT_LOC_REGISTER` (0, value = DWARF register number) or `JIT_LOC_FRAME_OFFSET`
 /// (1, value = offset from the frame pointer).
 pub type jit_location_kind = u32;
+/// How a register of the caller is found (`jit_object_add_register_rule`):
+/// `JIT_REG_AT_CFA` (0, value = offset from the CFA of its stack slot, e.g. -24),
+/// `JIT_REG_IN_REGISTER` (1, value = DWARF number of the register that holds it),
+/// `JIT_REG_SAME_VALUE` (2, value 0: not changed), `JIT_REG_UNDEFINED` (3, value 0: lost).
+pub type jit_register_rule = u32;
 
 /// One line row: from code offset `offset` on, source line `line`.
 #[repr(C)]
@@ -321,6 +326,55 @@ pub unsafe extern "C" fn jit_object_add_epilogue(
 ) -> c_int {
     guard(-1, || {
         object(obj)?.add_epilogue(function_index(r#fn)?, restore_end, ret_end)?;
+        Ok(0)
+    })
+}
+
+/// Adds a register rule to function `fn`: from code offset `offset` on, the caller's
+/// register `reg` (DWARF number: rbx 3, r12-r15 12-15, ...) is found by `rule` with `value`
+/// (see `jit_register_rule`). Rules are added in offset order. Callee-saved registers
+/// (rbx, r12-r15) without a rule show as `<not saved>` in the debugger's caller frames;
+/// before its first rule a register is the caller's. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_register_rule(
+    obj: *mut jit_object,
+    r#fn: i32,
+    offset: u32,
+    reg: u16,
+    rule: jit_register_rule,
+    value: i32,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let id = function_index(r#fn)?;
+        let function = o
+            .functions()
+            .get(id)
+            .ok_or(Error::NoSuchFunction(id.index()))?
+            .name()
+            .to_string();
+        let bad = |why: String| Error::BadRows {
+            function: function.clone(),
+            why: format!("register rule at offset {offset}: {why}"),
+        };
+        let rule = match (rule, value) {
+            (0, n) => RegisterRule::AtCfa(n),
+            (1, r) => RegisterRule::InRegister(
+                u16::try_from(r).map_err(|_| bad(format!("value {r} is no register number")))?,
+            ),
+            (2, 0) => RegisterRule::SameValue,
+            (3, 0) => RegisterRule::Undefined,
+            (2 | 3, v) => {
+                return Err(bad(format!(
+                    "value {v}: JIT_REG_SAME_VALUE and JIT_REG_UNDEFINED take value 0"
+                )))
+            }
+            (k, _) => return Err(bad(format!("rule {k} is not a jit_register_rule (0-3)"))),
+        };
+        o.add_register_rule(id, offset, reg, rule)?;
         Ok(0)
     })
 }
@@ -651,6 +705,62 @@ mod tests {
         unsafe { CStr::from_ptr(jit_last_error()) }
             .to_string_lossy()
             .into_owned()
+    }
+
+    #[test]
+    fn register_rules_through_the_c_api() {
+        let obj = jit_object_new();
+        // SAFETY: a live object and a NUL-terminated name; freed once at the end.
+        unsafe {
+            let f = jit_object_add_function(obj, c"saver".as_ptr(), 0x1000, 32);
+            assert_eq!(f, 0);
+            let add =
+                |off, reg, rule, value| jit_object_add_register_rule(obj, f, off, reg, rule, value);
+            assert_eq!(add(4, 12, 0, -24), 0);
+            assert_eq!(add(6, 13, 1, 3), 0);
+            assert_eq!(add(8, 14, 2, 0), 0);
+            assert_eq!(add(8, 15, 3, 0), 0);
+            assert_eq!(add(9, 12, 4, 0), -1);
+            assert!(
+                last_error().contains("rule 4 is not a jit_register_rule"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(add(9, 12, 2, 5), -1);
+            assert!(last_error().contains("take value 0"), "{}", last_error());
+            assert_eq!(add(9, 12, 1, -1), -1);
+            assert!(
+                last_error().contains("no register number"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(add(9, 7, 2, 0), -1);
+            assert!(
+                last_error().contains("function `saver`: register rule at offset 9: reg: rsp (7)"),
+                "{}",
+                last_error()
+            );
+            let rules = (*obj)
+                .inner
+                .functions()
+                .first()
+                .unwrap()
+                .register_rules()
+                .to_vec();
+            assert_eq!(
+                rules
+                    .iter()
+                    .map(|r| (r.offset, r.reg, r.rule))
+                    .collect::<Vec<_>>(),
+                [
+                    (4, 12, RegisterRule::AtCfa(-24)),
+                    (6, 13, RegisterRule::InRegister(3)),
+                    (8, 14, RegisterRule::SameValue),
+                    (8, 15, RegisterRule::Undefined),
+                ]
+            );
+            jit_object_free(obj);
+        }
     }
 
     #[test]

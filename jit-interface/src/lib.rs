@@ -72,9 +72,9 @@ pub use format::{
     decode, decode_all, encode_bundle, encode_record, header, DecodeError, Decoded, LiveCheck,
 };
 pub use model::{
-    Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame, Function, FunctionId,
-    FunctionIter, Functions, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
-    MAX_SOURCE_BYTES,
+    register_rule_at, Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame,
+    Function, FunctionId, FunctionIter, Functions, JitObject, LineRow, Location, RegisterRule,
+    SavedRegister, UnwindRow, Variable, VariableKind, MAX_SOURCE_BYTES,
 };
 #[cfg(feature = "runtime")]
 pub use registry::{

@@ -1065,3 +1065,85 @@ fn seeds_decode() {
         }
     }
 }
+
+/// An object whose functions save registers: every rule kind, with and without lines and
+/// blocks.
+fn saver_object() -> JitObject {
+    use crate::arch::x86_64::{R12, R13, R14, RBX};
+    use crate::model::RegisterRule as R;
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o.add_function("saver", 0x7f00_0000_1000, 64).unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_register_rule(f, 6, R12, R::AtCfa(-24)).unwrap();
+    o.add_register_rule(f, 8, R13, R::AtCfa(-32)).unwrap();
+    o.add_register_rule(f, 8, RBX, R::SameValue).unwrap();
+    o.add_register_rule(f, 40, R13, R::InRegister(R14)).unwrap();
+    o.add_register_rule(f, 60, R12, R::Undefined).unwrap();
+    o.set_lines(f, "s.js", &rows(&[(0, 1), (8, 2)])).unwrap();
+    o.add_block(f, "inner", 8, 40, None).unwrap();
+    let g = o.add_function("plain", 0x7f00_0000_1040, 32).unwrap();
+    o.set_frame_pointer(g, 1, 4).unwrap();
+    let h = o.add_function("far", 0x7f00_0000_2000, 0x10_0000).unwrap();
+    o.add_register_rule(h, 0x8_0000, R15_FOR_TEST, R::AtCfa(-(8 << 20)))
+        .unwrap();
+    o
+}
+
+const R15_FOR_TEST: u16 = crate::arch::x86_64::R15;
+
+#[test]
+fn register_rules_round_trip() {
+    let o = saver_object();
+    let bytes = encode(&o, Some(LIVE)).unwrap();
+    let d = decode(&bytes).unwrap();
+    assert_eq!(d.object, o);
+    let f = d.object.functions().first().unwrap();
+    assert_eq!(f.register_rules().len(), 5);
+    // Without rules a function's bytes are what they were: the flag adds fields only.
+    let mut bare = JitObject::with_arch(Arch::X86_64);
+    let g = bare.add_function("plain", 0x7f00_0000_1040, 32).unwrap();
+    bare.set_frame_pointer(g, 1, 4).unwrap();
+    let plain = encode(&bare, None).unwrap();
+    assert!(!plain.is_empty());
+    let flags_at = plain.len() - 1;
+    assert_eq!(plain[flags_at] & 0x10, 0);
+}
+
+#[test]
+fn bad_register_rules_are_refused_with_offsets() {
+    // One function with the register-rule flag and the given rule bytes.
+    let record = |rule: &[u64]| {
+        let mut w = header(&[]);
+        w.uleb(1);
+        w.text("f");
+        w.sleb(0x1000);
+        w.uleb(16);
+        w.u8(0x10);
+        for &n in rule {
+            w.uleb(n);
+        }
+        w.buf
+    };
+    let err = |rule: &[u64]| decode(&record(rule)).unwrap_err().to_string();
+    // count 1: offset 4, r12, saved at CFA - 16 (code 2 << 2): fine.
+    let ok = decode(&record(&[1, 4, 12, 2 << 2])).unwrap();
+    assert_eq!(
+        ok.object.functions().first().unwrap().register_rules()[0].rule,
+        crate::model::RegisterRule::AtCfa(-16)
+    );
+    let e = err(&[0]);
+    assert!(e.contains("register rule count is 0"), "{e}");
+    let e = err(&[1, 4, 12, (1 << 2) | 2]);
+    assert!(e.contains("rule code 0x6 is no rule"), "{e}");
+    // The model's checks, at the rule's offset, naming the function.
+    let e = err(&[1, 4, 7, 2 << 2]);
+    assert!(e.contains("rsp (7)") && e.contains("`f`"), "{e}");
+    let e = err(&[1, 20, 12, 2 << 2]);
+    assert!(e.contains("outside the function"), "{e}");
+    let e = err(&[1, 4, 12, 1 << 2]);
+    assert!(e.contains("CFA-8 is not a save slot"), "{e}");
+    // Truncated.
+    let mut cut = record(&[1, 4, 12, 2 << 2]);
+    cut.pop();
+    assert!(decode(&cut).is_err());
+}

@@ -112,6 +112,14 @@ impl Index {
         let ([unit], false) = (&layout.units[..], layout.has_extras) else {
             return None;
         };
+        // Register rules are not read back from the FDEs.
+        if layout
+            .functions
+            .iter()
+            .any(|p| !p.f.register_rules().is_empty())
+        {
+            return None;
+        }
         // Read back with offsets from a line sequence's start: 32-bit.
         let (first, last) = (layout.functions.first()?.f, layout.functions.last()?.f);
         if last.end() - first.start() > u64::from(u32::MAX) {
@@ -318,6 +326,11 @@ fn fde_rules(
                     .checked_mul(data_align)?
                     == -8 =>
             {
+                continue
+            }
+            // The CIE's "unknown unless described" for callee-saved registers: the rows
+            // carry no register rules (objects with rules are not plain).
+            I::Undefined { register } if in_cie && x86_64::CALLEE_SAVED.contains(&register.0) => {
                 continue
             }
             rule => rule,
