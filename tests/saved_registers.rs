@@ -1,0 +1,115 @@
+//! Callee-saved registers in caller frames, in a live `gdb -batch -nx`, for both payload
+//! formats: the test host's `--saved-regs` scenario (`testhosts/src/scenario.rs`) has
+//! `jit_entry` save r12-r14 and set them to known values, then `jit_middle` save them
+//! again, describe the saves of r12 and r13 (register rules) but not r14, and clobber all
+//! three. In `jit_entry`'s frame GDB must show the values `jit_entry` stored for r12 and
+//! r13 (read from `jit_middle`'s save slots), and `<not saved>` for r14: the register
+//! `jit_middle` changed without saying so must not show `jit_middle`'s value.
+
+mod common;
+mod reader_support;
+
+use common::scenario::Host;
+use common::*;
+
+/// The values the host printed: (entry r12, r13, r14, middle r12, r13, r14).
+fn stored_values(layout_text: &str) -> [u64; 6] {
+    let line = layout_text
+        .lines()
+        .find(|l| l.starts_with("jit-gdb-testhost: saved-regs "))
+        .expect("the host prints the values it stores");
+    let values: Vec<u64> = line
+        .split_whitespace()
+        .filter_map(|w| w.split_once('=').and_then(|(_, v)| parse_hex(v)))
+        .collect();
+    values.try_into().expect("six values")
+}
+
+/// GDB's `p/x $REG` output in a section: `Some(value)`, or `None` for `<not saved>`.
+fn printed(t: &Transcript, section: &str) -> Option<u64> {
+    let text = t.section(section);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('$'))
+        .unwrap_or_else(|| t.fail(&format!("no value printed in section {section}")));
+    let value = line.split(" = ").nth(1).unwrap_or("").trim();
+    if value == "<not saved>" {
+        return None;
+    }
+    Some(parse_hex(value).unwrap_or_else(|| t.fail(&format!("`{line}` is no hex value"))))
+}
+
+fn check(format: &str) {
+    let host = Host::new(testhost(), &["--format", format, "--saved-regs"]);
+    let dir = TempDir::new(&format!("saved-regs-{format}"));
+    let layout_out = std::process::Command::new(&host.program)
+        .args(host.args_in(dir.path()))
+        .arg("layout")
+        .output()
+        .expect("run the host");
+    let [e12, e13, _e14, m12, m13, m14] =
+        stored_values(&String::from_utf8_lossy(&layout_out.stdout));
+    let mut gdb = host.gdb(dir.path(), "run");
+    if format == "compact" {
+        gdb = gdb.cmd(reader_support::load_cmd());
+    }
+    let regs =
+        |frame: &str| ["r12", "r13", "r14"].map(|r| (format!("{frame} {r}"), format!("p/x ${r}")));
+    let mut gdb = gdb
+        .cmd("break jit_test_break_here")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .section("frame middle", ["frame 4"]);
+    for (name, cmd) in regs("middle") {
+        gdb = gdb.section(&name, [cmd]);
+    }
+    gdb = gdb.section("frame entry", ["frame 5"]);
+    for (name, cmd) in regs("entry") {
+        gdb = gdb.section(&name, [cmd]);
+    }
+    let t = gdb.run();
+    t.assert_contains(Some("frame middle"), "in jit_middle");
+    t.assert_contains(Some("frame entry"), "in jit_entry");
+    // The outer frame: the values jit_entry stored, read from jit_middle's save slots.
+    assert_eq!(
+        printed(&t, "entry r12"),
+        Some(e12),
+        "{format}: r12 in jit_entry"
+    );
+    assert_eq!(
+        printed(&t, "entry r13"),
+        Some(e13),
+        "{format}: r13 in jit_entry"
+    );
+    // r14: saved by jit_middle but not described. Unknown, not jit_middle's value.
+    assert_eq!(printed(&t, "entry r14"), None, "{format}: r14 in jit_entry");
+    // In jit_middle's frame, whatever is shown is never another frame's value: its callee
+    // jit_frameless says it leaves the registers alone, so they are jit_middle's own values
+    // if known at all (the native frames below may make them unknown).
+    for (section, own) in [
+        ("middle r12", m12),
+        ("middle r13", m13),
+        ("middle r14", m14),
+    ] {
+        if let Some(v) = printed(&t, section) {
+            assert_eq!(v, own, "{format}: {section}");
+        }
+    }
+    eprintln!("{format}:\n{}", t.text);
+}
+
+#[test]
+fn caller_frames_show_saved_registers_or_not_saved_elf() {
+    if !require_tool("gdb", "saved_registers_elf") {
+        return;
+    }
+    check("elf");
+}
+
+#[test]
+fn caller_frames_show_saved_registers_or_not_saved_compact() {
+    if !require_tool("gdb", "saved_registers_compact") {
+        return;
+    }
+    check("compact");
+}
