@@ -145,6 +145,20 @@ int jit_object_add_epilogue(struct jit_object *obj, int32_t fn, uint32_t restore
 int jit_object_add_register_rule(struct jit_object *obj, int32_t fn, uint32_t offset, uint16_t reg, jit_register_rule rule, int32_t value);
 
 /**
+ * Describes function `fn`'s frame by standard DWARF call-frame instructions: `fde` (`fde_len`
+ * bytes) is its FDE's instruction stream; `cie` (`cie_len` bytes) the CIE's initial
+ * instructions, with its code and data alignment factors and return-address register (NULL
+ * `cie` with `cie_len` 0 and the factors 1, -8, 16: the usual x86-64 CIE, CFA = rsp + 8).
+ * Replaces the function's frame description and register rules. Bad CFI is refused with
+ * the opcode and its byte offset. Returns 0, or -1.
+ *
+ * # Safety
+ * `obj` came from `jit_object_new`; `cie` and `fde` point to `cie_len` and `fde_len`
+ * readable bytes (or are NULL with length 0).
+ */
+int jit_object_set_cfi(struct jit_object *obj, int32_t fn, uint64_t code_alignment, int64_t data_alignment, uint16_t return_address_register, const uint8_t *cie, size_t cie_len, const uint8_t *fde, size_t fde_len);
+
+/**
  * Adds a named block (scope or inlined region) `[start, end)` (offsets) to function `fn`,
  * inside block `parent` (-1: the function). Returns the block's index, or -1.
  *

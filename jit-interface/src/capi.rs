@@ -379,6 +379,52 @@ pub unsafe extern "C" fn jit_object_add_register_rule(
     })
 }
 
+/// Describes function `fn`'s frame by standard DWARF call-frame instructions: `fde` (`fde_len`
+/// bytes) is its FDE's instruction stream; `cie` (`cie_len` bytes) the CIE's initial
+/// instructions, with its code and data alignment factors and return-address register (NULL
+/// `cie` with `cie_len` 0 and the factors 1, -8, 16: the usual x86-64 CIE, CFA = rsp + 8).
+/// Replaces the function's frame description and register rules. Bad CFI is refused with
+/// the opcode and its byte offset. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `cie` and `fde` point to `cie_len` and `fde_len`
+/// readable bytes (or are NULL with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_set_cfi(
+    obj: *mut jit_object,
+    r#fn: i32,
+    code_alignment: u64,
+    data_alignment: i64,
+    return_address_register: u16,
+    cie: *const u8,
+    cie_len: usize,
+    fde: *const u8,
+    fde_len: usize,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let cie_bytes = slice(cie, cie_len, "cie")?;
+        let fde = slice(fde, fde_len, "fde")?;
+        let params = if cie.is_null() {
+            crate::cfi_input::CieParams {
+                code_alignment,
+                data_alignment,
+                return_address_register,
+                ..crate::cfi_input::CieParams::X86_64
+            }
+        } else {
+            crate::cfi_input::CieParams {
+                code_alignment,
+                data_alignment,
+                return_address_register,
+                initial_instructions: cie_bytes,
+            }
+        };
+        o.set_cfi(function_index(r#fn)?, &params, fde)?;
+        Ok(0)
+    })
+}
+
 /// Adds a named block (scope or inlined region) `[start, end)` (offsets) to function `fn`,
 /// inside block `parent` (-1: the function). Returns the block's index, or -1.
 ///
@@ -758,6 +804,49 @@ mod tests {
                     (8, 14, RegisterRule::SameValue),
                     (8, 15, RegisterRule::Undefined),
                 ]
+            );
+            jit_object_free(obj);
+        }
+    }
+
+    #[test]
+    fn cfi_through_the_c_api() {
+        let obj = jit_object_new();
+        // push rbp; mov rbp, rsp; push r12 (CFA - 24), as a compiler's FDE says it.
+        let fde = [0x41u8, 0x0e, 16, 0x86, 2, 0x43, 0x0d, 6, 0x42, 0x8c, 3];
+        let bad = [0x41u8, 0x10, 12, 1, 0x70];
+        // SAFETY: a live object, a NUL-terminated name, byte arrays with their lengths (or
+        // NULL with 0); freed once at the end.
+        unsafe {
+            let f = jit_object_add_function(obj, c"cl".as_ptr(), 0x1000, 32);
+            let set = |fde: &[u8]| {
+                jit_object_set_cfi(
+                    obj,
+                    f,
+                    1,
+                    -8,
+                    16,
+                    std::ptr::null(),
+                    0,
+                    fde.as_ptr(),
+                    fde.len(),
+                )
+            };
+            assert_eq!(set(&fde), 0, "{}", last_error());
+            let rules = (*obj)
+                .inner
+                .functions()
+                .first()
+                .unwrap()
+                .register_rules()
+                .to_vec();
+            assert_eq!(rules.len(), 1);
+            assert_eq!(rules[0].rule, RegisterRule::AtCfa(-24));
+            assert_eq!(set(&bad), -1);
+            let e = last_error();
+            assert!(
+                e.contains("function `cl`: CFI: DW_CFA_expression (0x10) at byte 1"),
+                "{e}"
             );
             jit_object_free(obj);
         }

@@ -44,6 +44,7 @@
 //! - Other architectures than x86-64 for unwinding (aarch64 slots in beside it later).
 
 pub mod arch;
+pub mod cfi_input;
 pub mod error;
 pub mod format;
 #[cfg(feature = "inspect")]

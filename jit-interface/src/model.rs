@@ -1537,6 +1537,25 @@ impl JitObject {
         Ok(())
     }
 
+    /// Replaces function `f`'s register rules by `rules` (in offset order), each checked
+    /// as [`Self::add_register_rule`] checks it. Nothing is changed on error.
+    pub fn set_register_rules(&mut self, f: FunctionId, rules: &[SavedRegister]) -> Result<()> {
+        let fi = f.0;
+        let e = self.entry(fi)?;
+        for (i, r) in rules.iter().enumerate() {
+            if let Err(why) = check_register_rule(self.arch, &rules[..i], r, e.size) {
+                return Err(self.bad_rows(fi, why));
+            }
+        }
+        if rules.is_empty() && e.extras == NO_EXTRAS {
+            return Ok(());
+        }
+        let regs = &mut self.extras_mut(fi).registers;
+        regs.clear();
+        regs.extend_from_slice(rules);
+        Ok(())
+    }
+
     /// Adds a nested block (lexical scope or inlined region) to function `f` and returns its
     /// index among the function's blocks. `parent` is an earlier block of the same function
     /// that contains this one, or `None` for the function itself.
