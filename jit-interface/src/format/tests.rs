@@ -1147,3 +1147,42 @@ fn bad_register_rules_are_refused_with_offsets() {
     cut.pop();
     assert!(decode(&cut).is_err());
 }
+
+/// The example of docs/FORMAT.md "With register rules": `g` at 0x2000, 48 bytes, canonical
+/// frame-pointer frame, `push r12` ending at 6 (r12 at CFA - 24), `pop r12` ending at 45.
+fn doc_register_example() -> JitObject {
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o.add_function("g", 0x2000, 48).unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_epilogue(f, 47, 48).unwrap();
+    o.add_register_rule(
+        f,
+        6,
+        crate::arch::x86_64::R12,
+        crate::model::RegisterRule::AtCfa(-24),
+    )
+    .unwrap();
+    o.add_register_rule(
+        f,
+        45,
+        crate::arch::x86_64::R12,
+        crate::model::RegisterRule::SameValue,
+    )
+    .unwrap();
+    o
+}
+
+#[test]
+fn format_md_shows_the_register_rules_example() {
+    let o = doc_register_example();
+    let bytes = encode(&o, None).unwrap();
+    assert_eq!(decode(&bytes).unwrap().object, o);
+    let dump = hex_dump(&bytes);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMAT.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    assert!(
+        doc.contains(&dump),
+        "docs/FORMAT.md must show the encoder's output for the register-rules example ({} bytes):\n{dump}",
+        bytes.len()
+    );
+}
