@@ -68,6 +68,11 @@ fn check(format: &str) {
         gdb = gdb.section(&name, [cmd]);
     }
     let t = gdb.run();
+    if format == "compact" {
+        reader_support::assert_no_reader_noise(&t);
+        // Records with register rules are read through the data model: nothing refused.
+        t.assert_not_contains(None, "jit-reader:");
+    }
     t.assert_contains(Some("frame middle"), "in jit_middle");
     t.assert_contains(Some("frame entry"), "in jit_entry");
     // The outer frame: the values jit_entry stored, read from jit_middle's save slots.

@@ -112,14 +112,6 @@ impl Index {
         let ([unit], false) = (&layout.units[..], layout.has_extras) else {
             return None;
         };
-        // Register rules are not read back from the FDEs.
-        if layout
-            .functions
-            .iter()
-            .any(|p| !p.f.register_rules().is_empty())
-        {
-            return None;
-        }
         // Read back with offsets from a line sequence's start: 32-bit.
         let (first, last) = (layout.functions.first()?.f, layout.functions.last()?.f);
         if last.end() - first.start() > u64::from(u32::MAX) {
