@@ -760,6 +760,86 @@ mod tests {
         }
     }
 
+    /// Objects of neighbours with and without rules, in both writer paths: at every offset
+    /// of every function, the CFI gives each callee-saved register the model's rule (the
+    /// caller's value before its first rule, undefined without rules) and the rows as
+    /// without rules.
+    #[test]
+    fn register_rules_at_every_offset_of_random_neighbours() {
+        use crate::arch::x86_64::CALLEE_SAVED;
+        use crate::model::{register_rule_at, RegisterRule as R};
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..60 {
+            let count = 1 + next(6);
+            let mut o = JitObject::new();
+            let mut plain = JitObject::new();
+            let mut at = 0x7100_0000u64;
+            for i in 0..count {
+                let size = 16 + next(40) as u32;
+                let f = o.add_function(&format!("f{i}"), at, size.into()).unwrap();
+                let g = plain
+                    .add_function(&format!("f{i}"), at, size.into())
+                    .unwrap();
+                if next(2) == 0 {
+                    for (obj, id) in [(&mut o, f), (&mut plain, g)] {
+                        obj.set_frame_pointer(id, 1, 4).unwrap();
+                        obj.add_epilogue(id, size - 2, size - 1).unwrap();
+                    }
+                }
+                if next(2) == 0 {
+                    let mut off = 0;
+                    for _ in 0..1 + next(5) {
+                        off = (off + next(8) as u32).min(size - 1);
+                        let reg = CALLEE_SAVED[next(5) as usize];
+                        let rule = match next(4) {
+                            0 => R::AtCfa(-16 - 8 * next(4) as i32),
+                            1 => R::InRegister(next(6) as u16),
+                            2 => R::SameValue,
+                            _ => R::Undefined,
+                        };
+                        let _ = o.add_register_rule(f, off, reg, rule);
+                    }
+                }
+                at += u64::from(size) + next(3) * 8;
+            }
+            let (p, q) = (Parsed::encode(&o), Parsed::encode(&plain));
+            for (f, g) in o.functions().iter().zip(plain.functions().iter()) {
+                let rules = f.register_rules();
+                for off in 0..f.size() {
+                    let addr = f.start() + u64::from(off);
+                    assert_eq!(
+                        rule_at(&p, addr),
+                        rule_at(&q, addr),
+                        "round {round} {}+{off}",
+                        g.name()
+                    );
+                    for reg in CALLEE_SAVED {
+                        let want = match register_rule_at(rules, reg, off) {
+                            None if rules.iter().any(|r| r.reg == reg) => RegisterRule::SameValue,
+                            None => RegisterRule::Undefined,
+                            Some(R::AtCfa(n)) => RegisterRule::Offset(n.into()),
+                            Some(R::InRegister(r)) => RegisterRule::Register(gimli::Register(r)),
+                            Some(R::SameValue) => RegisterRule::SameValue,
+                            Some(R::Undefined) => RegisterRule::Undefined,
+                        };
+                        assert_eq!(
+                            reg_rule_at(&p, addr, reg),
+                            Some(want),
+                            "round {round} {}+{off} reg {reg}",
+                            f.name()
+                        );
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn frame_pointer_function_unwinds_at_every_stage() {
         let mut o = JitObject::new();

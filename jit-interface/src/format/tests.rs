@@ -325,6 +325,45 @@ fn random_objects_round_trip() {
 }
 
 #[test]
+fn random_register_rules_round_trip() {
+    use crate::model::RegisterRule as R;
+    // Its own generators: the objects of `random_objects_round_trip` stay as they are.
+    let (mut rng, mut rules_rng) = (Rng(0x1234_5678_9abc_def1), Rng(0x0bad_cafe_f00d_d00d));
+    let (mut with_rules, mut refused) = (0, 0);
+    for _ in 0..2000 {
+        let mut o = random_object(&mut rng);
+        if o.validate().is_err() || o.arch() != Arch::X86_64 {
+            continue;
+        }
+        for i in 0..o.functions().len() {
+            let f = FunctionId::from_index(i);
+            let size = o.functions().get(f).unwrap().size();
+            let mut off = 0u32;
+            for _ in 0..rules_rng.below(6) {
+                off += rules_rng.below(20) as u32;
+                let rule = match rules_rng.below(4) {
+                    0 => R::AtCfa(-8 * (1 + rules_rng.mostly_below(5, 1 << 22, 20) as i32)),
+                    1 => R::InRegister(rules_rng.below(18) as u16),
+                    2 => R::SameValue,
+                    _ => R::Undefined,
+                };
+                let reg = rules_rng.below(18) as u16;
+                match o.add_register_rule(f, off.min(size), reg, rule) {
+                    Ok(()) => with_rules += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        let bytes = encode(&o, None).unwrap();
+        assert_eq!(decode(&bytes).unwrap().object, o);
+    }
+    assert!(
+        with_rules > 1000 && refused > 100,
+        "{with_rules} rules kept, {refused} refused"
+    );
+}
+
+#[test]
 fn call_sites_are_left_out() {
     let plain = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
     let mut with = plain.clone();
