@@ -103,6 +103,77 @@ fn check(format: &str) {
     eprintln!("{format}:\n{}", t.text);
 }
 
+/// Steps through every instruction of `jit_middle` (over its call): in `jit_entry`'s frame
+/// r12 and r13 are the stored values at every one (before the saves the registers still
+/// hold them, after the restores again; in between they come from the save slots), and r14
+/// is never `jit_middle`'s value (`<not saved>`: its save is not described).
+fn check_every_instruction(format: &str) {
+    let host = Host::new(testhost(), &["--format", format, "--saved-regs"]);
+    let dir = TempDir::new(&format!("saved-regs-step-{format}"));
+    let out = std::process::Command::new(&host.program)
+        .args(host.args_in(dir.path()))
+        .arg("layout")
+        .output()
+        .expect("run the host");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let [e12, e13, e14, _, _, m14] = stored_values(&text);
+    let layout = Layout::parse(&text);
+    let middle = layout.get("jit_middle").clone();
+    let mut gdb = host.gdb(dir.path(), "run");
+    if format == "compact" {
+        gdb = gdb.cmd(reader_support::load_cmd());
+    }
+    // The code is mapped and registered before run_jit runs: an address breakpoint set
+    // there can be inserted.
+    gdb = gdb
+        .cmd("break run_jit")
+        .cmd("run")
+        .cmd(format!("break *{:#x}", middle.start))
+        .cmd("continue")
+        .cmd("delete");
+    for k in 0..middle.insns.len() {
+        gdb = gdb
+            .section(&format!("pc {k}"), ["p/x $pc"])
+            .cmd("up")
+            .section(&format!("r12 {k}"), ["p/x $r12"])
+            .section(&format!("r13 {k}"), ["p/x $r13"])
+            .section(&format!("r14 {k}"), ["p/x $r14"])
+            .cmd("down")
+            .cmd("nexti");
+    }
+    let t = gdb.run();
+    for (k, &off) in middle.insns.iter().enumerate() {
+        let pc = printed(&t, &format!("pc {k}"));
+        if pc != Some(middle.start + off) {
+            t.fail(&format!(
+                "{format}: instruction {k} at {pc:x?}, not jit_middle+{off}"
+            ));
+        }
+        let at = format!("{format}: jit_middle+{off}");
+        assert_eq!(printed(&t, &format!("r12 {k}")), Some(e12), "{at}: r12");
+        assert_eq!(printed(&t, &format!("r13 {k}")), Some(e13), "{at}: r13");
+        let r14 = printed(&t, &format!("r14 {k}"));
+        assert!(r14.is_none() || r14 == Some(e14), "{at}: r14 {r14:x?}");
+        assert_ne!(r14, Some(m14), "{at}: r14 is jit_middle's");
+    }
+}
+
+#[test]
+fn every_instruction_of_a_saving_function_elf() {
+    if !require_tool("gdb", "saved_registers_step_elf") {
+        return;
+    }
+    check_every_instruction("elf");
+}
+
+#[test]
+fn every_instruction_of_a_saving_function_compact() {
+    if !require_tool("gdb", "saved_registers_step_compact") {
+        return;
+    }
+    check_every_instruction("compact");
+}
+
 #[test]
 fn caller_frames_show_saved_registers_or_not_saved_elf() {
     if !require_tool("gdb", "saved_registers_elf") {
