@@ -168,7 +168,7 @@ fn reader_reused_code_address_shows_only_the_new_function() {
 
 #[test]
 fn reader_and_elf_entries_in_one_process() {
-    let Some((dir, g)) = stopped("reader_mixed", "mixed") else {
+    let Some((_dir, g)) = stopped("reader_mixed", "mixed") else {
         return;
     };
     let t = g.section("bt", ["bt"]).run();
@@ -327,7 +327,7 @@ fn reader_return_address_at_a_function_end_belongs_to_the_caller() {
 
 #[test]
 fn reader_nested_blocks_keep_their_parents() {
-    let Some((dir, g)) = stopped("reader_blocks", "blocks") else {
+    let Some((_dir, g)) = stopped("reader_blocks", "blocks") else {
         return;
     };
     let t = g
