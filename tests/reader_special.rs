@@ -20,6 +20,19 @@ fn gdb_on(dir: &Path, mode: &str) -> Gdb {
     Gdb::program(&host(), &["--source-dir", &d, mode], dir).cmd(load_cmd())
 }
 
+/// GDB with the reader on the host in `mode`, stopped at `reader_host_break`, with a scratch
+/// directory of its own; None (the test skips) without GDB.
+fn stopped(test: &str, mode: &str) -> Option<(TempDir, Gdb)> {
+    if !require_tool("gdb", test) {
+        return None;
+    }
+    let dir = TempDir::new(&format!("reader-{mode}"));
+    let g = gdb_on(dir.path(), mode)
+        .cmd("break reader_host_break")
+        .cmd("run");
+    Some((dir, g))
+}
+
 /// The frames of `chain` appear in order from the first one on, JIT frames with the right
 /// file and line; returns the problem otherwise.
 fn check_frames(frames: &[Frame], chain: &[&str], layout: &Layout) -> Result<(), String> {
@@ -155,15 +168,10 @@ fn reader_reused_code_address_shows_only_the_new_function() {
 
 #[test]
 fn reader_and_elf_entries_in_one_process() {
-    if !require_tool("gdb", "reader_mixed") {
+    let Some((_dir, g)) = stopped("reader_mixed", "mixed") else {
         return;
-    }
-    let dir = TempDir::new("reader-mixed");
-    let t = gdb_on(dir.path(), "mixed")
-        .cmd("break reader_host_break")
-        .cmd("run")
-        .section("bt", ["bt"])
-        .run();
+    };
+    let t = g.section("bt", ["bt"]).run();
     assert_frames(
         &t,
         "bt",
@@ -319,13 +327,10 @@ fn reader_return_address_at_a_function_end_belongs_to_the_caller() {
 
 #[test]
 fn reader_nested_blocks_keep_their_parents() {
-    if !require_tool("gdb", "reader_blocks") {
+    let Some((_dir, g)) = stopped("reader_blocks", "blocks") else {
         return;
-    }
-    let dir = TempDir::new("reader-blocks");
-    let t = gdb_on(dir.path(), "blocks")
-        .cmd("break reader_host_break")
-        .cmd("run")
+    };
+    let t = g
         .section("bt", ["bt"])
         .cmd("frame 1")
         .section(

@@ -5,14 +5,24 @@
 //!
 //! `cargo bench -p jit-interface --bench elf_encode`. Used to decide whether one-function
 //! objects need a writer of their own (docs/PERFORMANCE.md, "Encoding one ELF object").
+//! The "saving" rows: the same functions also saving r12-r14 (three saves and three
+//! restores described by register rules), built and encoded in both formats, against the
+//! same without rules (docs/PERFORMANCE.md section 7).
 
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use jit_interface::{JitObject, LineRow};
+use jit_interface::arch::x86_64::{R12, R13, R14};
+use jit_interface::{JitObject, LineRow, RegisterRule};
 
 /// `n` adjacent 64-byte functions of the benchmark shape.
 fn object(n: u64) -> JitObject {
+    build(n, false)
+}
+
+/// [`object`], the functions saving r12-r14 after the prologue and restoring them before
+/// the epilogue if `saving`.
+fn build(n: u64, saving: bool) -> JitObject {
     let mut o = JitObject::new();
     for i in 0..n {
         let f = o
@@ -31,6 +41,18 @@ fn object(n: u64) -> JitObject {
         o.set_lines(f, "benchmark.js", &rows).unwrap();
         o.set_frame_pointer(f, 1, 4).unwrap();
         o.add_epilogue(f, 63, 64).unwrap();
+        if saving {
+            for (k, reg) in [R12, R13, R14].into_iter().enumerate() {
+                let at = 6 + 2 * k as u32;
+                let slot = -24 - 8 * k as i32;
+                o.add_register_rule(f, at, reg, RegisterRule::AtCfa(slot))
+                    .unwrap();
+            }
+            for (k, reg) in [R14, R13, R12].into_iter().enumerate() {
+                o.add_register_rule(f, 58 + 2 * k as u32, reg, RegisterRule::SameValue)
+                    .unwrap();
+            }
+        }
     }
     o
 }
@@ -44,5 +66,29 @@ fn encode(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, encode);
+/// Building and encoding objects with and without register rules, in both formats.
+fn saving(c: &mut Criterion) {
+    for n in [1, 8] {
+        for saving in [false, true] {
+            let what = if saving { "saving r12-r14" } else { "plain" };
+            c.bench_function(
+                &format!("build + elf::encode, {n} function(s), {what}"),
+                |b| b.iter(|| jit_interface::elf::encode(&build(black_box(n), saving)).unwrap()),
+            );
+            c.bench_function(
+                &format!("build + compact encode, {n} function(s), {what}"),
+                |b| {
+                    let mut out = Vec::new();
+                    b.iter(|| {
+                        out.clear();
+                        jit_interface::encode_record(&mut out, &build(black_box(n), saving), None)
+                            .unwrap()
+                    })
+                },
+            );
+        }
+    }
+}
+
+criterion_group!(benches, encode, saving);
 criterion_main!(benches);

@@ -24,6 +24,9 @@ typedef enum jit_base_type {
 typedef enum jit_location_kind { JIT_LOC_REGISTER = 0, JIT_LOC_FRAME_OFFSET = 1 } jit_location_kind;
 /* `jit_line.line` of a gap row: the code from its offset on has no source line. */
 #define JIT_LINE_GAP 0u
+typedef enum jit_register_rule {
+  JIT_REG_AT_CFA = 0, JIT_REG_IN_REGISTER = 1, JIT_REG_SAME_VALUE = 2, JIT_REG_UNDEFINED = 3
+} jit_register_rule;
 
 
 /**
@@ -134,6 +137,32 @@ int jit_object_set_frame_pointer(struct jit_object *obj, int32_t fn, uint32_t pu
  * `obj` came from `jit_object_new`.
  */
 int jit_object_add_epilogue(struct jit_object *obj, int32_t fn, uint32_t restore_end, uint32_t ret_end);
+
+/**
+ * Adds a register rule to function `fn`: from code offset `offset` on, the caller's
+ * register `reg` (DWARF number: rbx 3, r12-r15 12-15, ...) is found by `rule` with `value`
+ * (see `jit_register_rule`). Rules are added in offset order. Callee-saved registers
+ * (rbx, r12-r15) without a rule show as `<not saved>` in the debugger's caller frames;
+ * before its first rule a register is the caller's. Returns 0, or -1.
+ *
+ * # Safety
+ * `obj` came from `jit_object_new`.
+ */
+int jit_object_add_register_rule(struct jit_object *obj, int32_t fn, uint32_t offset, uint16_t reg, jit_register_rule rule, int32_t value);
+
+/**
+ * Describes function `fn`'s frame by standard DWARF call-frame instructions: `fde` (`fde_len`
+ * bytes) is its FDE's instruction stream; `cie` (`cie_len` bytes) the CIE's initial
+ * instructions, with its code and data alignment factors and return-address register (NULL
+ * `cie` with `cie_len` 0 and the factors 1, -8, 16: the usual x86-64 CIE, CFA = rsp + 8).
+ * Replaces the function's frame description and register rules. Bad CFI is refused with
+ * the opcode and its byte offset. Returns 0, or -1.
+ *
+ * # Safety
+ * `obj` came from `jit_object_new`; `cie` and `fde` point to `cie_len` and `fde_len`
+ * readable bytes (or are NULL with length 0).
+ */
+int jit_object_set_cfi(struct jit_object *obj, int32_t fn, uint64_t code_alignment, int64_t data_alignment, uint16_t return_address_register, const uint8_t *cie, size_t cie_len, const uint8_t *fde, size_t fde_len);
 
 /**
  * Adds a named block (scope or inlined region) `[start, end)` (offsets) to function `fn`,

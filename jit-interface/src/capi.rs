@@ -12,8 +12,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::error::Error;
 use crate::model::{
-    BaseType, CallTarget, CfaBase, FunctionId, JitObject, LineRow, Location, UnwindRow, Variable,
-    VariableKind,
+    BaseType, CallTarget, CfaBase, FunctionId, JitObject, LineRow, Location, RegisterRule,
+    UnwindRow, Variable, VariableKind,
 };
 use crate::registry::{register, Format, Registration};
 
@@ -39,6 +39,11 @@ pub type jit_base_type = u32;
 /// `JIT_LOC_REGISTER` (0, value = DWARF register number) or `JIT_LOC_FRAME_OFFSET`
 /// (1, value = offset from the frame pointer).
 pub type jit_location_kind = u32;
+/// How a register of the caller is found (`jit_object_add_register_rule`):
+/// `JIT_REG_AT_CFA` (0, value = offset from the CFA of its stack slot, e.g. -24),
+/// `JIT_REG_IN_REGISTER` (1, value = DWARF number of the register that holds it),
+/// `JIT_REG_SAME_VALUE` (2, value 0: not changed), `JIT_REG_UNDEFINED` (3, value 0: lost).
+pub type jit_register_rule = u32;
 
 /// One line row: from code offset `offset` on, source line `line`. Line 0
 /// (`JIT_LINE_GAP`) is a gap: the code from `offset` on has no source line (stubs, spills,
@@ -325,6 +330,101 @@ pub unsafe extern "C" fn jit_object_add_epilogue(
 ) -> c_int {
     guard(-1, || {
         object(obj)?.add_epilogue(function_index(r#fn)?, restore_end, ret_end)?;
+        Ok(0)
+    })
+}
+
+/// Adds a register rule to function `fn`: from code offset `offset` on, the caller's
+/// register `reg` (DWARF number: rbx 3, r12-r15 12-15, ...) is found by `rule` with `value`
+/// (see `jit_register_rule`). Rules are added in offset order. Callee-saved registers
+/// (rbx, r12-r15) without a rule show as `<not saved>` in the debugger's caller frames;
+/// before its first rule a register is the caller's. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`.
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_add_register_rule(
+    obj: *mut jit_object,
+    r#fn: i32,
+    offset: u32,
+    reg: u16,
+    rule: jit_register_rule,
+    value: i32,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let id = function_index(r#fn)?;
+        let function = o
+            .functions()
+            .get(id)
+            .ok_or(Error::NoSuchFunction(id.index()))?
+            .name()
+            .to_string();
+        let bad = |why: String| Error::BadRows {
+            function: function.clone(),
+            why: format!("register rule at offset {offset}: {why}"),
+        };
+        let rule = match (rule, value) {
+            (0, n) => RegisterRule::AtCfa(n),
+            (1, r) => RegisterRule::InRegister(
+                u16::try_from(r).map_err(|_| bad(format!("value {r} is no register number")))?,
+            ),
+            (2, 0) => RegisterRule::SameValue,
+            (3, 0) => RegisterRule::Undefined,
+            (2 | 3, v) => {
+                return Err(bad(format!(
+                    "value {v}: JIT_REG_SAME_VALUE and JIT_REG_UNDEFINED take value 0"
+                )))
+            }
+            (k, _) => return Err(bad(format!("rule {k} is not a jit_register_rule (0-3)"))),
+        };
+        o.add_register_rule(id, offset, reg, rule)?;
+        Ok(0)
+    })
+}
+
+/// Describes function `fn`'s frame by standard DWARF call-frame instructions: `fde` (`fde_len`
+/// bytes) is its FDE's instruction stream; `cie` (`cie_len` bytes) the CIE's initial
+/// instructions, with its code and data alignment factors and return-address register (NULL
+/// `cie` with `cie_len` 0 and the factors 1, -8, 16: the usual x86-64 CIE, CFA = rsp + 8).
+/// Replaces the function's frame description and register rules. Bad CFI is refused with
+/// the opcode and its byte offset. Returns 0, or -1.
+///
+/// # Safety
+/// `obj` came from `jit_object_new`; `cie` and `fde` point to `cie_len` and `fde_len`
+/// readable bytes (or are NULL with length 0).
+#[no_mangle]
+pub unsafe extern "C" fn jit_object_set_cfi(
+    obj: *mut jit_object,
+    r#fn: i32,
+    code_alignment: u64,
+    data_alignment: i64,
+    return_address_register: u16,
+    cie: *const u8,
+    cie_len: usize,
+    fde: *const u8,
+    fde_len: usize,
+) -> c_int {
+    guard(-1, || {
+        let o = object(obj)?;
+        let cie_bytes = slice(cie, cie_len, "cie")?;
+        let fde = slice(fde, fde_len, "fde")?;
+        let params = if cie.is_null() {
+            crate::cfi_input::CieParams {
+                code_alignment,
+                data_alignment,
+                return_address_register,
+                ..crate::cfi_input::CieParams::X86_64
+            }
+        } else {
+            crate::cfi_input::CieParams {
+                code_alignment,
+                data_alignment,
+                return_address_register,
+                initial_instructions: cie_bytes,
+            }
+        };
+        o.set_cfi(function_index(r#fn)?, &params, fde)?;
         Ok(0)
     })
 }
@@ -683,6 +783,105 @@ mod tests {
                 last_error().contains("line row 2 at offset 8 is a gap (line 0) right after the gap of row 1 at offset 4"),
                 "{}",
                 last_error()
+            );
+            jit_object_free(obj);
+        }
+    }
+
+    #[test]
+    fn register_rules_through_the_c_api() {
+        let obj = jit_object_new();
+        // SAFETY: a live object and a NUL-terminated name; freed once at the end.
+        unsafe {
+            let f = jit_object_add_function(obj, c"saver".as_ptr(), 0x1000, 32);
+            assert_eq!(f, 0);
+            let add =
+                |off, reg, rule, value| jit_object_add_register_rule(obj, f, off, reg, rule, value);
+            assert_eq!(add(4, 12, 0, -24), 0);
+            assert_eq!(add(6, 13, 1, 3), 0);
+            assert_eq!(add(8, 14, 2, 0), 0);
+            assert_eq!(add(8, 15, 3, 0), 0);
+            assert_eq!(add(9, 12, 4, 0), -1);
+            assert!(
+                last_error().contains("rule 4 is not a jit_register_rule"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(add(9, 12, 2, 5), -1);
+            assert!(last_error().contains("take value 0"), "{}", last_error());
+            assert_eq!(add(9, 12, 1, -1), -1);
+            assert!(
+                last_error().contains("no register number"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(add(9, 7, 2, 0), -1);
+            assert!(
+                last_error().contains("function `saver`: register rule at offset 9: reg: rsp (7)"),
+                "{}",
+                last_error()
+            );
+            let rules = (*obj)
+                .inner
+                .functions()
+                .first()
+                .unwrap()
+                .register_rules()
+                .to_vec();
+            assert_eq!(
+                rules
+                    .iter()
+                    .map(|r| (r.offset, r.reg, r.rule))
+                    .collect::<Vec<_>>(),
+                [
+                    (4, 12, RegisterRule::AtCfa(-24)),
+                    (6, 13, RegisterRule::InRegister(3)),
+                    (8, 14, RegisterRule::SameValue),
+                    (8, 15, RegisterRule::Undefined),
+                ]
+            );
+            jit_object_free(obj);
+        }
+    }
+
+    #[test]
+    fn cfi_through_the_c_api() {
+        let obj = jit_object_new();
+        // push rbp; mov rbp, rsp; push r12 (CFA - 24), as a compiler's FDE says it.
+        let fde = [0x41u8, 0x0e, 16, 0x86, 2, 0x43, 0x0d, 6, 0x42, 0x8c, 3];
+        let bad = [0x41u8, 0x10, 12, 1, 0x70];
+        // SAFETY: a live object, a NUL-terminated name, byte arrays with their lengths (or
+        // NULL with 0); freed once at the end.
+        unsafe {
+            let f = jit_object_add_function(obj, c"cl".as_ptr(), 0x1000, 32);
+            let set = |fde: &[u8]| {
+                jit_object_set_cfi(
+                    obj,
+                    f,
+                    1,
+                    -8,
+                    16,
+                    std::ptr::null(),
+                    0,
+                    fde.as_ptr(),
+                    fde.len(),
+                )
+            };
+            assert_eq!(set(&fde), 0, "{}", last_error());
+            let rules = (*obj)
+                .inner
+                .functions()
+                .first()
+                .unwrap()
+                .register_rules()
+                .to_vec();
+            assert_eq!(rules.len(), 1);
+            assert_eq!(rules[0].rule, RegisterRule::AtCfa(-24));
+            assert_eq!(set(&bad), -1);
+            let e = last_error();
+            assert!(
+                e.contains("function `cl`: CFI: DW_CFA_expression (0x10) at byte 1"),
+                "{e}"
             );
             jit_object_free(obj);
         }

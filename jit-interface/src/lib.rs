@@ -44,6 +44,7 @@
 //! - Other architectures than x86-64 for unwinding (aarch64 slots in beside it later).
 
 pub mod arch;
+pub mod cfi_input;
 pub mod error;
 pub mod format;
 #[cfg(feature = "inspect")]
@@ -73,9 +74,9 @@ pub use format::{
     Liveness,
 };
 pub use model::{
-    Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame, Function, FunctionId,
-    FunctionIter, Functions, JitObject, LineRow, Location, UnwindRow, Variable, VariableKind,
-    MAX_SOURCE_BYTES,
+    register_rule_at, Arch, BaseType, Block, CallSite, CallTarget, CfaBase, Epilogue, Frame,
+    Function, FunctionId, FunctionIter, Functions, JitObject, LineRow, Location, RegisterRule,
+    SavedRegister, UnwindRow, Variable, VariableKind, MAX_SOURCE_BYTES,
 };
 #[cfg(feature = "runtime")]
 pub use registry::{

@@ -176,6 +176,118 @@ impl Frame {
     }
 }
 
+/// Where a register of the caller is while a function runs (see
+/// [`JitObject::add_register_rule`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RegisterRule {
+    /// Saved in the stack slot at CFA + `n` (`n` a multiple of 8, at most -16: CFA - 8
+    /// holds the return address).
+    AtCfa(i32),
+    /// Kept in another register (by DWARF number) of this frame.
+    InRegister(u16),
+    /// Not changed by the function (so far): the caller's value is this frame's.
+    SameValue,
+    /// Changed and not kept anywhere: debuggers show it as `<not saved>`.
+    Undefined,
+}
+
+/// A register rule of a function: from code offset `offset` on (until the next rule for
+/// the same register), the caller's register `reg` (DWARF number) is found by `rule`.
+/// Before a register's first rule it still holds the caller's value (nothing has changed
+/// it yet). A callee-saved register without rules (rbx, r12-r15: see
+/// [`crate::arch::x86_64::CALLEE_SAVED`]) is "undefined" in both payload formats
+/// (`<not saved>` in the debugger): a function may have changed a register it does not
+/// describe, and an unknown value is better than a wrong one. A function that leaves a
+/// register alone says so with [`RegisterRule::SameValue`] at offset 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SavedRegister {
+    pub offset: u32,
+    pub reg: u16,
+    pub rule: RegisterRule,
+}
+
+/// The furthest below the CFA a register may be saved (the reader's limit for a frame).
+pub const MAX_SAVE_DISTANCE: i32 = 16 << 20;
+
+/// The rule of register `reg` at code offset `offset`, from a function's rules (sorted by
+/// offset): `None` if no rule for it has taken effect yet.
+pub fn register_rule_at(rules: &[SavedRegister], reg: u16, offset: u32) -> Option<RegisterRule> {
+    let n = rules.partition_point(|r| r.offset <= offset);
+    rules[..n]
+        .iter()
+        .rev()
+        .find(|r| r.reg == reg)
+        .map(|r| r.rule)
+}
+
+/// Validates register rule `rule` added after `rules` to a function of `size` bytes of
+/// `arch`.
+pub(crate) fn check_register_rule(
+    arch: Arch,
+    rules: &[SavedRegister],
+    rule: &SavedRegister,
+    size: u32,
+) -> std::result::Result<(), String> {
+    let SavedRegister { offset, reg, rule } = *rule;
+    if arch != Arch::X86_64 {
+        return Err(format!(
+            "register rules are implemented for x86-64 only, not {}",
+            arch.name()
+        ));
+    }
+    let name = |r: u16| crate::arch::x86_64::register_name(r).unwrap_or("?");
+    if let Some(why) = crate::arch::x86_64::rule_register_problem(reg) {
+        return Err(format!("register rule at offset {offset}: reg: {why}"));
+    }
+    if offset >= size {
+        return Err(format!(
+            "register rule for {} at offset {offset} is outside the function (size {size})",
+            name(reg)
+        ));
+    }
+    if let Some(last) = rules.last() {
+        if offset < last.offset {
+            return Err(format!(
+                "register rule for {} at offset {offset} comes before the previous rule at offset {}: add rules in offset order",
+                name(reg),
+                last.offset
+            ));
+        }
+        if rules.iter().any(|r| r.offset == offset && r.reg == reg) {
+            return Err(format!(
+                "register {} has two rules at offset {offset}",
+                name(reg)
+            ));
+        }
+    }
+    match rule {
+        RegisterRule::AtCfa(n) => {
+            if n % 8 != 0 || !(-MAX_SAVE_DISTANCE..=-16).contains(&n) {
+                return Err(format!(
+                    "register rule for {} at offset {offset}: CFA{n:+} is not a save slot (a multiple of 8 from CFA - 16 down to CFA - {MAX_SAVE_DISTANCE}; CFA - 8 holds the return address)",
+                    name(reg)
+                ));
+            }
+        }
+        RegisterRule::InRegister(other) => {
+            if let Some(why) = crate::arch::x86_64::rule_register_problem(other) {
+                return Err(format!(
+                    "register rule for {} at offset {offset}: the register it is kept in: {why}",
+                    name(reg)
+                ));
+            }
+            if other == reg {
+                return Err(format!(
+                    "register rule for {} at offset {offset}: kept in itself is SameValue",
+                    name(reg)
+                ));
+            }
+        }
+        RegisterRule::SameValue | RegisterRule::Undefined => {}
+    }
+    Ok(())
+}
+
 /// A nested lexical block or inlined region inside a function.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Block {
@@ -396,6 +508,7 @@ struct Extras {
     blocks: Vec<Block>,
     variables: Vec<Variable>,
     calls: Vec<CallSite>,
+    registers: Vec<SavedRegister>,
 }
 
 impl std::fmt::Debug for Function<'_> {
@@ -410,6 +523,7 @@ impl std::fmt::Debug for Function<'_> {
             .field("blocks", &self.blocks())
             .field("variables", &self.variables())
             .field("calls", &self.calls())
+            .field("registers", &self.register_rules())
             .finish()
     }
 }
@@ -506,6 +620,10 @@ impl<'a> Function<'a> {
     /// Call sites, in increasing return-offset order.
     pub fn calls(&self) -> &'a [CallSite] {
         self.extras().map_or(&[], |e| &e.calls)
+    }
+    /// Register rules, in offset order (see [`SavedRegister`]).
+    pub fn register_rules(&self) -> &'a [SavedRegister] {
+        self.extras().map_or(&[], |e| &e.registers)
     }
     fn extras(&self) -> Option<&'a Extras> {
         self.object.extras_of(self.entry)
@@ -1441,6 +1559,56 @@ impl JitObject {
         Ok(())
     }
 
+    /// Adds a register rule to function `f`: from code offset `offset` on, the caller's
+    /// register `reg` (DWARF number, [`crate::arch::x86_64`]: rbx 3, r12-r15 12-15, ...) is
+    /// found by `rule`; e.g. after `push r12` in a frame-pointer function,
+    /// `add_register_rule(f, after_push, R12, RegisterRule::AtCfa(-24))`. Rules are added in
+    /// offset order; each holds until the next rule for the same register. Callee-saved
+    /// registers without a rule are undefined (see [`SavedRegister`]).
+    ///
+    /// Refused: registers rsp, rip and rbp (the frame rows place them) and numbers that are
+    /// no general-purpose register, offsets outside the function or before an earlier rule,
+    /// save slots not a multiple of 8 or outside CFA - 16 ..= CFA - [`MAX_SAVE_DISTANCE`].
+    pub fn add_register_rule(
+        &mut self,
+        f: FunctionId,
+        offset: u32,
+        reg: u16,
+        rule: RegisterRule,
+    ) -> Result<()> {
+        let f = f.0;
+        let e = self.entry(f)?;
+        let new = SavedRegister { offset, reg, rule };
+        let func = Function {
+            object: self,
+            entry: e,
+        };
+        if let Err(why) = check_register_rule(self.arch, func.register_rules(), &new, e.size) {
+            return Err(self.bad_rows(f, why));
+        }
+        self.extras_mut(f).registers.push(new);
+        Ok(())
+    }
+
+    /// Replaces function `f`'s register rules by `rules` (in offset order), each checked
+    /// as [`Self::add_register_rule`] checks it. Nothing is changed on error.
+    pub fn set_register_rules(&mut self, f: FunctionId, rules: &[SavedRegister]) -> Result<()> {
+        let fi = f.0;
+        let e = self.entry(fi)?;
+        for (i, r) in rules.iter().enumerate() {
+            if let Err(why) = check_register_rule(self.arch, &rules[..i], r, e.size) {
+                return Err(self.bad_rows(fi, why));
+            }
+        }
+        if rules.is_empty() && e.extras == NO_EXTRAS {
+            return Ok(());
+        }
+        let regs = &mut self.extras_mut(fi).registers;
+        regs.clear();
+        regs.extend_from_slice(rules);
+        Ok(())
+    }
+
     /// Adds a nested block (lexical scope or inlined region) to function `f` and returns its
     /// index among the function's blocks. `parent` is an earlier block of the same function
     /// that contains this one, or `None` for the function itself.
@@ -2329,6 +2497,79 @@ mod tests {
             m.sources().collect::<Vec<_>>(),
             [("a.js", "first a"), ("b.js", "b")]
         );
+    }
+
+    #[test]
+    fn register_rules_are_checked_naming_function_and_field() {
+        use crate::arch::x86_64::{R12, R13, RBX, RIP, RSP};
+        let mut o = JitObject::new();
+        let f = o.add_function("saver", 0x1000, 32).unwrap();
+        let err = |o: &mut JitObject, off, reg, rule| {
+            let e = o.add_register_rule(f, off, reg, rule).unwrap_err();
+            assert!(matches!(e, Error::BadRows { .. }), "{e:?}");
+            let msg = e.to_string();
+            assert!(msg.starts_with("function `saver`: "), "{msg}");
+            msg
+        };
+        assert!(err(&mut o, 4, RSP, RegisterRule::SameValue).contains("rsp (7)"));
+        assert!(err(&mut o, 4, RIP, RegisterRule::SameValue).contains("rip (16)"));
+        assert!(err(&mut o, 4, 6, RegisterRule::SameValue).contains("rbp (6)"));
+        assert!(err(&mut o, 4, 40, RegisterRule::SameValue).contains("register 40"));
+        assert!(err(&mut o, 32, R12, RegisterRule::SameValue).contains("outside the function"));
+        for n in [-8, 0, 8, -20, -(MAX_SAVE_DISTANCE + 8)] {
+            let msg = err(&mut o, 4, R12, RegisterRule::AtCfa(n));
+            assert!(msg.contains("is not a save slot"), "{msg}");
+        }
+        let msg = err(&mut o, 4, R12, RegisterRule::InRegister(RSP));
+        assert!(msg.contains("the register it is kept in"), "{msg}");
+        assert!(err(&mut o, 4, R12, RegisterRule::InRegister(R12)).contains("SameValue"));
+        o.add_register_rule(f, 4, R12, RegisterRule::AtCfa(-24))
+            .unwrap();
+        o.add_register_rule(f, 4, R13, RegisterRule::AtCfa(-MAX_SAVE_DISTANCE))
+            .unwrap();
+        assert!(err(&mut o, 4, R12, RegisterRule::SameValue).contains("two rules"));
+        assert!(err(&mut o, 2, RBX, RegisterRule::SameValue).contains("offset order"));
+        o.add_register_rule(f, 20, R12, RegisterRule::SameValue)
+            .unwrap();
+        let func = o.functions().get(f).unwrap();
+        assert_eq!(func.register_rules().len(), 3, "refused rules are not kept");
+        let rules = func.register_rules();
+        assert_eq!(register_rule_at(rules, R12, 3), None);
+        assert_eq!(
+            register_rule_at(rules, R12, 4),
+            Some(RegisterRule::AtCfa(-24))
+        );
+        assert_eq!(
+            register_rule_at(rules, R12, 19),
+            Some(RegisterRule::AtCfa(-24))
+        );
+        assert_eq!(
+            register_rule_at(rules, R12, 20),
+            Some(RegisterRule::SameValue)
+        );
+        assert_eq!(register_rule_at(rules, RBX, 20), None);
+        // Rules take part in equality.
+        let mut other = JitObject::new();
+        let g = other.add_function("saver", 0x1000, 32).unwrap();
+        assert_ne!(other, o);
+        other
+            .add_register_rule(g, 4, R12, RegisterRule::AtCfa(-24))
+            .unwrap();
+        other
+            .add_register_rule(g, 4, R13, RegisterRule::AtCfa(-MAX_SAVE_DISTANCE))
+            .unwrap();
+        other
+            .add_register_rule(g, 20, R12, RegisterRule::SameValue)
+            .unwrap();
+        assert_eq!(other, o);
+        // aarch64 objects have none yet.
+        let mut a = JitObject::with_arch(Arch::Aarch64);
+        let h = a.add_function("h", 0x1000, 32).unwrap();
+        let msg = a
+            .add_register_rule(h, 4, 19, RegisterRule::SameValue)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("x86-64 only"), "{msg}");
     }
 
     #[test]

@@ -487,6 +487,13 @@ unsafe extern "C" fn unwind(
                         if let Some(fp) = c.fp {
                             ucb.set(nums.fp, fp);
                         }
+                        if let Some(cfa) = step.cfa {
+                            for (reg, value) in
+                                unwind::saved_registers(&func, lookup_pc, cfa, &ucb, &ucb)
+                            {
+                                ucb.set(reg, value);
+                            }
+                        }
                         debug!(
                             "unwound {} at pc {:#x} (looked up {lookup_pc:#x}{}): caller pc {:#x} sp {:#x} fp {}",
                             func.name(),

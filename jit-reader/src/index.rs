@@ -26,7 +26,7 @@ use std::ops::{Bound, Range};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use jit_interface::{Arch, Decoded, LiveCheck, Liveness, UnwindRow};
+use jit_interface::{Arch, Decoded, LiveCheck, Liveness, SavedRegister, UnwindRow};
 
 use crate::memory::Memory;
 use crate::records::{Func, Records};
@@ -88,6 +88,9 @@ struct Table {
     funcs: Box<[FnRec]>,
     names: Box<str>,
     rows: Box<[UnwindRow]>,
+    /// The register rules of the few functions that have some: (index in `funcs`, rules),
+    /// sorted by index (kept out of [`FnRec`], which most functions fill alone).
+    registers: Box<[(u32, Box<[SavedRegister]>)]>,
 }
 
 impl Table {
@@ -101,6 +104,7 @@ impl Table {
         let mut names = String::with_capacity(name_bytes);
         let mut rows: Vec<UnwindRow> = Vec::new();
         let mut objects = Vec::with_capacity(records.objects.len());
+        let mut registers = Vec::new();
         // The function appended last, whose rows the next one may share (also across
         // objects: a bundle of one-function objects).
         let mut prev: Option<&Func<'_>> = None;
@@ -124,6 +128,12 @@ impl Table {
                 };
                 let last = funcs.last().zip(prev);
                 if let Some(rec) = fn_rec(records, f, arch, &mut names, &mut rows, last) {
+                    let rules = records.register_rules(f);
+                    if !rules.is_empty() {
+                        if let Ok(i) = u32::try_from(funcs.len()) {
+                            registers.push((i, rules.into()));
+                        }
+                    }
                     funcs.push(rec);
                     prev = Some(f);
                 }
@@ -144,6 +154,7 @@ impl Table {
             funcs: funcs.into_boxed_slice(),
             names: names.into_boxed_str(),
             rows: rows.into_boxed_slice(),
+            registers: registers.into_boxed_slice(),
         }
     }
 }
@@ -228,6 +239,7 @@ impl CodeFn {
             }]),
             names: name.into(),
             rows: rows.into(),
+            registers: Box::new([]),
         };
         CodeFn {
             table: Arc::new(table),
@@ -258,6 +270,24 @@ impl CodeFn {
         let r = self.rec();
         let (s, n) = (r.rows_start as usize, r.rows_len as usize);
         self.table.rows.get(s..s + n).unwrap_or(&[])
+    }
+
+    /// The function's register rules, in offset order (see [`SavedRegister`]).
+    pub fn register_rules(&self) -> &[SavedRegister] {
+        let regs = &self.table.registers;
+        match regs.binary_search_by_key(&self.idx, |(i, _)| *i) {
+            Ok(at) => &regs[at].1,
+            Err(_) => &[],
+        }
+    }
+
+    /// [`Self::new`] with register rules (tests).
+    #[cfg(test)]
+    pub fn with_register_rules(mut self, rules: &[SavedRegister]) -> CodeFn {
+        if let Some(t) = Arc::get_mut(&mut self.table) {
+            t.registers = Box::new([(self.idx, rules.into())]);
+        }
+        self
     }
 
     /// The row in effect at `offset` from the function start (the last row at or before it).

@@ -14,7 +14,9 @@
 use std::ops::Range;
 
 use jit_interface::format::{decode_into, Sink};
-use jit_interface::{Arch, DecodeError, Decoded, Epilogue, Frame, LineRow, LiveCheck, UnwindRow};
+use jit_interface::{
+    Arch, DecodeError, Decoded, Epilogue, Frame, LineRow, LiveCheck, SavedRegister, UnwindRow,
+};
 
 /// The functions, rows and blocks of a payload's objects.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -28,6 +30,7 @@ pub struct Records<'a> {
     blocks: Vec<BlockRec<'a>>,
     epilogues: Vec<Epilogue>,
     unwind: Vec<UnwindRow>,
+    registers: Vec<SavedRegister>,
 }
 
 /// One object record.
@@ -49,6 +52,8 @@ pub struct Func<'a> {
     lines: Range<usize>,
     blocks: Range<usize>,
     frame: FrameRec,
+    /// Its register rules in [`Records::registers`] (rare: only from decoded models).
+    registers: Range<usize>,
 }
 
 impl Func<'_> {
@@ -117,6 +122,7 @@ impl<'a> Records<'a> {
                     },
                     Frame::Rows(rows) => FrameRec::Rows(push_all(&mut r.unwind, rows)),
                 };
+                let registers = push_all(&mut r.registers, f.register_rules());
                 r.funcs.push(Func {
                     name: f.name(),
                     start: f.start(),
@@ -125,6 +131,7 @@ impl<'a> Records<'a> {
                     lines,
                     blocks: b0..r.blocks.len(),
                     frame,
+                    registers,
                 });
             }
             r.objects.push(ObjectRec {
@@ -154,6 +161,11 @@ impl<'a> Records<'a> {
     /// A function's nested blocks.
     pub fn blocks(&self, f: &Func<'_>) -> &[BlockRec<'a>] {
         self.blocks.get(f.blocks.clone()).unwrap_or(&[])
+    }
+
+    /// A function's register rules, in offset order.
+    pub fn register_rules(&self, f: &Func<'_>) -> &[SavedRegister] {
+        self.registers.get(f.registers.clone()).unwrap_or(&[])
     }
 
     /// Do two functions (of these records) have the same frame description?
@@ -264,7 +276,11 @@ impl<'a> Sink<'a> for RecordSink<'a> {
         if size == 0 || start.checked_add(u64::from(size)).is_none() || self.r.objects.is_empty() {
             return Err(ask_the_model());
         }
-        let (l, b) = (self.r.lines.len(), self.r.blocks.len());
+        let (l, b, g) = (
+            self.r.lines.len(),
+            self.r.blocks.len(),
+            self.r.registers.len(),
+        );
         self.r.funcs.push(Func {
             name,
             start,
@@ -273,6 +289,7 @@ impl<'a> Sink<'a> for RecordSink<'a> {
             lines: l..l,
             blocks: b..b,
             frame: FrameRec::Default,
+            registers: g..g,
         });
         if let Some(o) = self.r.objects.last_mut() {
             o.funcs.end = self.r.funcs.len();
@@ -321,6 +338,11 @@ impl<'a> Sink<'a> for RecordSink<'a> {
             ret_end,
         });
         Ok(())
+    }
+
+    fn register_rule(&mut self, _rule: SavedRegister) -> Check {
+        // Rare; the model checks them.
+        Err(ask_the_model())
     }
 
     fn unwind_rows(&mut self, _rows: &[UnwindRow]) -> Check {

@@ -8,7 +8,10 @@
 //! host can check that the code really ran; `jit_second` reads `*p` (a NULL `p` makes it
 //! fault inside JIT code).
 
-use jit_interface::{CfaBase, LineRow, Location, UnwindRow, Variable, VariableKind};
+use jit_interface::arch::x86_64::{R12, R13, R14, R15, RBX};
+use jit_interface::{
+    CfaBase, LineRow, Location, RegisterRule, SavedRegister, UnwindRow, Variable, VariableKind,
+};
 
 use crate::x86::{Asm, Reg};
 
@@ -61,6 +64,29 @@ pub struct JitFn {
     pub lines: Vec<LineRow>,
     pub frame: FrameDesc,
     pub variables: Vec<Variable>,
+    /// Register rules (only with [`SavedRegs::On`]).
+    pub registers: Vec<SavedRegister>,
+}
+
+/// The values `jit_entry` puts in r12, r13 and r14 before calling `jit_middle` (with
+/// [`SavedRegs::On`]): what a debugger must show for them in `jit_entry`'s frame.
+pub const ENTRY_R12: u64 = 0x1000;
+pub const ENTRY_R13: u64 = 0x2000;
+pub const ENTRY_R14: u64 = 0x3000;
+/// The values `jit_middle` overwrites them with (after saving them).
+pub const MIDDLE_R12: u64 = 0x18;
+pub const MIDDLE_R13: u64 = 0x28;
+pub const MIDDLE_R14: u64 = 0x38;
+
+/// Whether `jit_entry` and `jit_middle` save and clobber callee-saved registers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SavedRegs {
+    /// They do not touch them (the default scenario).
+    Off,
+    /// `jit_entry` saves r12-r14 (described), sets them to `ENTRY_R*` and calls
+    /// `jit_middle`, which saves them, describes the saves of r12 and r13 but not r14, and
+    /// sets them to `MIDDLE_R*`; `jit_frameless` says it leaves rbx and r12-r15 alone.
+    On,
 }
 
 /// Addresses of the native functions the JIT code calls.
@@ -98,6 +124,46 @@ fn finish(
         lines: lines.0,
         frame,
         variables,
+        registers: Vec::new(),
+    }
+}
+
+fn saved(offset: u32, reg: u16, rule: RegisterRule) -> SavedRegister {
+    SavedRegister { offset, reg, rule }
+}
+
+/// After `mov rbp, rsp`: pushes r12, r13, r14 (at CFA - 24, - 32, - 40) and sets them to
+/// `values`. Returns the rules for the registers in `describe` and the offset after the
+/// pushes. Keeps rsp 16-byte aligned together with `restore_registers`' `add`.
+fn save_registers(a: &mut Asm, values: [u64; 3], describe: &[u16]) -> Vec<SavedRegister> {
+    let mut rules = Vec::new();
+    for (k, (r, reg)) in [(Reg::R12, R12), (Reg::R13, R13), (Reg::R14, R14)]
+        .into_iter()
+        .enumerate()
+    {
+        a.push(r);
+        if describe.contains(&reg) {
+            rules.push(saved(
+                a.offset(),
+                reg,
+                RegisterRule::AtCfa(-24 - 8 * k as i32),
+            ));
+        }
+    }
+    for (r, v) in [Reg::R12, Reg::R13, Reg::R14].into_iter().zip(values) {
+        a.mov_imm64(r, v);
+    }
+    rules
+}
+
+/// Pops r14, r13, r12 again (after `add rsp` back to the pushes); the described registers
+/// are the caller's again after their pop.
+fn restore_registers(a: &mut Asm, describe: &[u16], rules: &mut Vec<SavedRegister>) {
+    for (r, reg) in [(Reg::R14, R14), (Reg::R13, R13), (Reg::R12, R12)] {
+        a.pop(r);
+        if describe.contains(&reg) {
+            rules.push(saved(a.offset(), reg, RegisterRule::SameValue));
+        }
     }
 }
 
@@ -107,7 +173,8 @@ fn align16(x: u32) -> u32 {
 
 /// Compiles the scenario for a code buffer at `base`. Callees are emitted first so that
 /// their addresses are known when their callers are emitted. Returned in call order.
-pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
+pub fn compile(base: u64, natives: Natives, regs: SavedRegs) -> Vec<JitFn> {
+    let saving = regs == SavedRegs::On;
     let mut next = 0u32;
     let place = |next: &mut u32, len: usize| {
         let at = *next;
@@ -164,7 +231,7 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
     };
     let rows = vec![sp_row(0, 8), sp_row(sub_end, 32), sp_row(add_end, 8)];
     let frameless_off = place(&mut next, a.code().len());
-    let frameless = finish(
+    let mut frameless = finish(
         "jit_frameless",
         frameless_off,
         a,
@@ -172,6 +239,12 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
         FrameDesc::Rows(rows),
         vec![],
     );
+    if saving {
+        // It leaves the callee-saved registers alone, and says so.
+        frameless.registers = [RBX, R12, R13, R14, R15]
+            .map(|r| saved(0, r, RegisterRule::SameValue))
+            .to_vec();
+    }
 
     // jit_middle(n, p): keeps `n` in a frame slot across the call (declared for `info args`).
     let middle_off = next;
@@ -183,15 +256,26 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
     let push_end = a.offset();
     a.mov_rr(Reg::Rbp, Reg::Rsp);
     let setup_end = a.offset();
-    a.sub_imm8(Reg::Rsp, 16);
-    a.store(Reg::Rbp, -8, Reg::Rdi);
+    // With saved registers: r12-r14 pushed below rbp (r14's save not described), `n` below
+    // them, rsp still 16-byte aligned at the call.
+    let (mut middle_rules, n_at, frame_bytes) = if saving {
+        let values = [MIDDLE_R12, MIDDLE_R13, MIDDLE_R14];
+        (save_registers(&mut a, values, &[R12, R13]), -32, 24)
+    } else {
+        (Vec::new(), -8, 16)
+    };
+    a.sub_imm8(Reg::Rsp, frame_bytes);
+    a.store(Reg::Rbp, n_at, Reg::Rdi);
     l.at(&a, 7);
     a.add_imm8(Reg::Rdi, 1);
     l.at(&a, 8);
     a.call_rel(here, base + u64::from(frameless_off));
-    a.add_load(Reg::Rax, Reg::Rbp, -8);
+    a.add_load(Reg::Rax, Reg::Rbp, n_at);
     l.at(&a, 9);
-    a.add_imm8(Reg::Rsp, 16);
+    a.add_imm8(Reg::Rsp, frame_bytes);
+    if saving {
+        restore_registers(&mut a, &[R12, R13], &mut middle_rules);
+    }
     a.pop(Reg::Rbp);
     let restore_end = a.offset();
     // A patchable nop between restoring rbp and `ret`: GDB's built-in epilogue heuristic
@@ -207,11 +291,12 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
         name: "n".into(),
         kind: VariableKind::Parameter,
         ty: jit_interface::BaseType::I64,
-        location: Location::FrameOffset(-8),
+        location: Location::FrameOffset(i32::from(n_at)),
     };
     let placed = place(&mut next, a.code().len());
     debug_assert_eq!(placed, middle_off);
-    let middle = finish("jit_middle", middle_off, a, l, middle_frame, vec![n_param]);
+    let mut middle = finish("jit_middle", middle_off, a, l, middle_frame, vec![n_param]);
+    middle.registers = middle_rules;
 
     // jit_entry(n, p): return jit_middle(n, p) + 1
     let entry_off = next;
@@ -223,10 +308,20 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
     let push_end = a.offset();
     a.mov_rr(Reg::Rbp, Reg::Rsp);
     let setup_end = a.offset();
+    let all = [R12, R13, R14];
+    let mut entry_rules = Vec::new();
+    if saving {
+        entry_rules = save_registers(&mut a, [ENTRY_R12, ENTRY_R13, ENTRY_R14], &all);
+        a.sub_imm8(Reg::Rsp, 8);
+    }
     l.at(&a, 3);
     a.call_rel(here, base + u64::from(middle_off));
     a.add_imm8(Reg::Rax, 1);
     l.at(&a, 4);
+    if saving {
+        a.add_imm8(Reg::Rsp, 8);
+        restore_registers(&mut a, &all, &mut entry_rules);
+    }
     a.pop(Reg::Rbp);
     let restore_end = a.offset();
     a.ret();
@@ -237,7 +332,8 @@ pub fn compile(base: u64, natives: Natives) -> Vec<JitFn> {
     };
     let placed = place(&mut next, a.code().len());
     debug_assert_eq!(placed, entry_off);
-    let entry = finish("jit_entry", entry_off, a, l, entry_frame, vec![]);
+    let mut entry = finish("jit_entry", entry_off, a, l, entry_frame, vec![]);
+    entry.registers = entry_rules;
 
     vec![entry, middle, frameless, second]
 }

@@ -15,7 +15,9 @@ use gimli::constants as dw;
 use super::bytes::{extend_small, patch_length, Put, Small};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
-use crate::model::{check_unwind_rows, Arch, CfaBase, Frame, Function, UnwindRow};
+use crate::model::{
+    check_unwind_rows, Arch, CfaBase, Frame, Function, RegisterRule, SavedRegister, UnwindRow,
+};
 
 /// x86-64 DWARF register numbers (`crate::arch::x86_64`), as CFI opcodes take them.
 const RBP: u8 = crate::arch::x86_64::RBP as u8;
@@ -192,7 +194,7 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
 }
 
 /// Size of the CIE.
-pub(super) const CIE_LEN: usize = 24;
+pub(super) const CIE_LEN: usize = 32;
 
 /// Writes the CIE every FDE refers to: version 1 (what every debugger reads; GCC emits it
 /// too), no augmentation, code offsets in bytes, stack offsets factored by -8, and the
@@ -213,7 +215,94 @@ pub(super) fn write_cie(out: &mut Vec<u8>) -> Result<()> {
     out.uleb(1);
     out.u8(dw::DW_CFA_same_value.0);
     out.uleb(RBP.into());
+    // Callee-saved registers a function does not describe may have been changed: unknown
+    // (GDB's default for unspecified callee-saved registers is "same value", which shows
+    // the callee's value in the caller: wrong whenever the function did change them).
+    for reg in crate::arch::x86_64::CALLEE_SAVED {
+        out.u8(dw::DW_CFA_undefined.0);
+        out.uleb(reg.into());
+    }
     finish_entry(out, 0)
+}
+
+/// Appends the instruction that gives register rule `rule` (x86-64 registers are below 64,
+/// validated by the model).
+fn register_rule(rule: &SavedRegister, out: &mut Vec<u8>) {
+    let reg = rule.reg as u8;
+    match rule.rule {
+        RegisterRule::AtCfa(n) => {
+            out.u8(dw::DW_CFA_offset.0 | reg);
+            // Validated slots are at CFA - 16 and below, multiples of 8.
+            out.uleb(u64::from((n / DATA_ALIGN) as u32));
+        }
+        RegisterRule::InRegister(other) => {
+            out.u8(dw::DW_CFA_register.0);
+            out.uleb(reg.into());
+            out.uleb(other.into());
+        }
+        RegisterRule::SameValue => {
+            out.u8(dw::DW_CFA_same_value.0);
+            out.uleb(reg.into());
+        }
+        RegisterRule::Undefined => {
+            out.u8(dw::DW_CFA_undefined.0);
+            out.uleb(reg.into());
+        }
+    }
+}
+
+/// The instructions of a function with register rules, from the rules `state` at `loc`:
+/// its rows and its register rules in offset order. Registers with rules hold the
+/// caller's value until their first rule (the CIE says undefined for callee-saved ones):
+/// "same value" at the function's start.
+fn rows_and_registers(
+    f: Function,
+    rows: &[UnwindRow],
+    state: &mut UnwindRow,
+    loc: &mut u64,
+    out: &mut Vec<u8>,
+) {
+    let rules = f.register_rules();
+    let mut at = Vec::with_capacity(8);
+    for (i, r) in rules.iter().enumerate() {
+        if r.offset > 0 && !rules[..i].iter().any(|p| p.reg == r.reg) {
+            register_rule(
+                &SavedRegister {
+                    offset: 0,
+                    reg: r.reg,
+                    rule: RegisterRule::SameValue,
+                },
+                &mut at,
+            );
+        }
+    }
+    let (mut ri, mut gi) = (0, 0);
+    while ri < rows.len() || gi < rules.len() {
+        let offset = match (rows.get(ri), rules.get(gi)) {
+            (Some(r), Some(g)) => r.offset.min(g.offset),
+            (Some(r), None) => r.offset,
+            (None, Some(g)) => g.offset,
+            (None, None) => break,
+        };
+        if let Some(row) = rows.get(ri).filter(|r| r.offset == offset) {
+            let mut step = Small::<TRANSITION>::new();
+            transition(state, row, &mut step);
+            step.append_to(&mut at);
+            *state = *row;
+            ri += 1;
+        }
+        while let Some(g) = rules.get(gi).filter(|g| g.offset == offset) {
+            register_rule(g, &mut at);
+            gi += 1;
+        }
+        if !at.is_empty() {
+            let addr = f.start() + u64::from(offset);
+            advance(addr - *loc, out);
+            out.extend_from_slice(&at);
+            at.clear();
+            *loc = addr;
+        }
+    }
 }
 
 /// Encodes the `.debug_frame` section for the functions of `layout` into `parts.frame`.
@@ -254,6 +343,10 @@ fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
     out.u64(f.start());
     out.u64(f.size().into());
     let (mut state, mut loc) = (UnwindRow::X86_64_ENTRY, f.start());
+    if !f.register_rules().is_empty() {
+        rows_and_registers(f, rows, &mut state, &mut loc, out);
+        return finish_entry(out, at);
+    }
     for row in rows {
         let mut step = Small::<TRANSITION>::new();
         transition(&state, row, &mut step);
@@ -329,6 +422,7 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
                 && repeat.rows_are_previous
                 && repeat.key == Some((fde.state, f.start() - fde.loc, true))
                 && same_frame(frame, f.frame())
+                && f.register_rules().is_empty()
             {
                 if fde.functions == 1 {
                     out.insert(fde.body, dw::DW_CFA_remember_state.0);
@@ -346,12 +440,16 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
         // Neighbours share an FDE (the padding between them, never executed, gets the
         // rules of the function before it) if their rules match the first function's.
         // One FDE spans at most u32::MAX bytes, so every advance fits DW_CFA_advance_loc4.
-        let joins = open.as_ref().is_some_and(|fde| {
-            fde.functions < FDE_FUNCTIONS
-                && f.start() - fde.end <= MAX_PADDING
-                && f.end() - fde.start <= u64::from(u32::MAX)
-                && (same || same_by_offset(first_rows, fde.first_size, rows, f.size()))
-        });
+        // A function with register rules has an FDE of its own: the rules it leaves in
+        // effect are not its neighbours'.
+        let has_registers = !f.register_rules().is_empty();
+        let joins = !has_registers
+            && open.as_ref().is_some_and(|fde| {
+                fde.functions < FDE_FUNCTIONS
+                    && f.start() - fde.end <= MAX_PADDING
+                    && f.end() - fde.start <= u64::from(u32::MAX)
+                    && (same || same_by_offset(first_rows, fde.first_size, rows, f.size()))
+            });
         let fde = match open.as_mut() {
             Some(fde) if joins => {
                 if fde.functions == 1 {
@@ -389,6 +487,16 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
                 })
             }
         };
+        if has_registers {
+            rows_and_registers(f, rows, &mut fde.state, &mut fde.loc, out);
+            // Nothing joins this FDE, and the repeats compare rows again.
+            fde.functions = FDE_FUNCTIONS;
+            fde.end = f.end();
+            for r in &mut repeats {
+                r.rows_are_previous = false;
+            }
+            continue;
+        }
         let key = (fde.state, f.start() - fde.loc, fde.functions > 0);
         let (repeat, other) = match &mut repeats {
             [first, other] if !key.2 => (first, other),
@@ -574,6 +682,162 @@ mod tests {
             row.register(gimli::Register(crate::arch::x86_64::RBP)),
             row.register(gimli::Register(crate::arch::x86_64::RIP)),
         )
+    }
+
+    /// The rule for register `reg` at `addr`.
+    fn reg_rule_at(p: &Parsed, addr: u64, reg: u16) -> Rule {
+        let mut frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
+        frame.set_address_size(8);
+        let bases = BaseAddresses::default();
+        let mut ctx = UnwindContext::new();
+        let row = frame
+            .unwind_info_for_address(&bases, &mut ctx, addr, gimli::DebugFrame::cie_from_offset)
+            .unwrap_or_else(|e| panic!("no unwind row at {addr:#x}: {e}"));
+        row.register(gimli::Register(reg))
+    }
+
+    #[test]
+    fn register_rules_and_the_undefined_default() {
+        use crate::arch::x86_64::{R12, R13, R14, RBX};
+        use crate::model::RegisterRule as R;
+        // Functions alike before and after one that saves r12 and r13: a run of FDEs, with
+        // the saver's its own.
+        for count in [1usize, 3, 5] {
+            let mut o = JitObject::new();
+            let base = 0x7000_2000u64;
+            let saver = count / 2;
+            for i in 0..count {
+                let f = o
+                    .add_function(&format!("f{i}"), base + 32 * i as u64, 32)
+                    .unwrap();
+                o.set_frame_pointer(f, 1, 4).unwrap();
+                o.add_epilogue(f, 30, 31).unwrap();
+                if i == saver {
+                    // push r12 ends at 6, push r13 at 8; r13 moved to rbx at 20; pops at 26..
+                    o.add_register_rule(f, 6, R12, R::AtCfa(-24)).unwrap();
+                    o.add_register_rule(f, 8, R13, R::AtCfa(-32)).unwrap();
+                    o.add_register_rule(f, 20, R13, R::InRegister(RBX)).unwrap();
+                    o.add_register_rule(f, 26, R12, R::SameValue).unwrap();
+                    o.add_register_rule(f, 26, R14, R::Undefined).unwrap();
+                    o.add_register_rule(f, 28, R13, R::SameValue).unwrap();
+                }
+            }
+            let p = Parsed::encode(&o);
+            let at = |i: usize, off: u64| base + 32 * i as u64 + off;
+            for i in 0..count {
+                // The rows are as without rules.
+                assert_eq!(rule_at(&p, at(i, 0)), ENTRY, "f{i}");
+                assert_eq!(rule_at(&p, at(i, 10)), FRAMED, "f{i}");
+                assert_eq!(rule_at(&p, at(i, 30)), ENTRY, "f{i}");
+                if i != saver {
+                    for reg in [RBX, R12, R13, R14] {
+                        assert_eq!(
+                            reg_rule_at(&p, at(i, 10), reg),
+                            Some(RegisterRule::Undefined),
+                            "f{i}: an undescribed callee-saved register"
+                        );
+                    }
+                    continue;
+                }
+                let r = |off, reg| reg_rule_at(&p, at(i, off), reg);
+                // Before its first rule a described register is the caller's.
+                assert_eq!(r(0, R12), Some(RegisterRule::SameValue));
+                assert_eq!(r(5, R13), Some(RegisterRule::SameValue));
+                assert_eq!(r(6, R12), Some(RegisterRule::Offset(-24)));
+                assert_eq!(r(8, R13), Some(RegisterRule::Offset(-32)));
+                assert_eq!(r(19, R13), Some(RegisterRule::Offset(-32)));
+                assert_eq!(
+                    r(20, R13),
+                    Some(RegisterRule::Register(gimli::Register(RBX)))
+                );
+                assert_eq!(r(26, R12), Some(RegisterRule::SameValue));
+                // r14 has a rule from 26 on: before it, the caller's value.
+                assert_eq!(r(25, R14), Some(RegisterRule::SameValue));
+                assert_eq!(r(26, R14), Some(RegisterRule::Undefined));
+                assert_eq!(r(31, R13), Some(RegisterRule::SameValue));
+                assert_eq!(r(10, RBX), Some(RegisterRule::Undefined));
+            }
+        }
+    }
+
+    /// Objects of neighbours with and without rules, in both writer paths: at every offset
+    /// of every function, the CFI gives each callee-saved register the model's rule (the
+    /// caller's value before its first rule, undefined without rules) and the rows as
+    /// without rules.
+    #[test]
+    fn register_rules_at_every_offset_of_random_neighbours() {
+        use crate::arch::x86_64::CALLEE_SAVED;
+        use crate::model::{register_rule_at, RegisterRule as R};
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..60 {
+            let count = 1 + next(6);
+            let mut o = JitObject::new();
+            let mut plain = JitObject::new();
+            let mut at = 0x7100_0000u64;
+            for i in 0..count {
+                let size = 16 + next(40) as u32;
+                let f = o.add_function(&format!("f{i}"), at, size.into()).unwrap();
+                let g = plain
+                    .add_function(&format!("f{i}"), at, size.into())
+                    .unwrap();
+                if next(2) == 0 {
+                    for (obj, id) in [(&mut o, f), (&mut plain, g)] {
+                        obj.set_frame_pointer(id, 1, 4).unwrap();
+                        obj.add_epilogue(id, size - 2, size - 1).unwrap();
+                    }
+                }
+                if next(2) == 0 {
+                    let mut off = 0;
+                    for _ in 0..1 + next(5) {
+                        off = (off + next(8) as u32).min(size - 1);
+                        let reg = CALLEE_SAVED[next(5) as usize];
+                        let rule = match next(4) {
+                            0 => R::AtCfa(-16 - 8 * next(4) as i32),
+                            1 => R::InRegister(next(6) as u16),
+                            2 => R::SameValue,
+                            _ => R::Undefined,
+                        };
+                        let _ = o.add_register_rule(f, off, reg, rule);
+                    }
+                }
+                at += u64::from(size) + next(3) * 8;
+            }
+            let (p, q) = (Parsed::encode(&o), Parsed::encode(&plain));
+            for (f, g) in o.functions().iter().zip(plain.functions().iter()) {
+                let rules = f.register_rules();
+                for off in 0..f.size() {
+                    let addr = f.start() + u64::from(off);
+                    assert_eq!(
+                        rule_at(&p, addr),
+                        rule_at(&q, addr),
+                        "round {round} {}+{off}",
+                        g.name()
+                    );
+                    for reg in CALLEE_SAVED {
+                        let want = match register_rule_at(rules, reg, off) {
+                            None if rules.iter().any(|r| r.reg == reg) => RegisterRule::SameValue,
+                            None => RegisterRule::Undefined,
+                            Some(R::AtCfa(n)) => RegisterRule::Offset(n.into()),
+                            Some(R::InRegister(r)) => RegisterRule::Register(gimli::Register(r)),
+                            Some(R::SameValue) => RegisterRule::SameValue,
+                            Some(R::Undefined) => RegisterRule::Undefined,
+                        };
+                        assert_eq!(
+                            reg_rule_at(&p, addr, reg),
+                            Some(want),
+                            "round {round} {}+{off} reg {reg}",
+                            f.name()
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -506,6 +506,8 @@ mod pinned {
             encoded > 2000 && refused > 50,
             "{encoded} encoded, {refused} refused"
         );
-        assert_eq!(h, 0x538b_87cb_585a_30b5);
+        // Changed when the CIE gained `DW_CFA_undefined` for the callee-saved registers (8 bytes
+        // more per payload: 60,561,440 -> 60,584,040 bytes for these 2,825 payloads).
+        assert_eq!(h, 0x8249_7dbd_1b70_7dcf);
     }
 }

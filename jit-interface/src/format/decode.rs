@@ -12,14 +12,15 @@
 //! no recursion. Errors name the problem and its byte offset.
 
 use super::encode::{
-    FUNCTION_BLOCKS, FUNCTION_KIND_MASK, FUNCTION_LINES, OBJECT_LIVE, OBJECT_SOURCES,
+    FUNCTION_BLOCKS, FUNCTION_KIND_MASK, FUNCTION_LINES, FUNCTION_REGISTERS, OBJECT_LIVE,
+    OBJECT_SOURCES,
 };
 use super::frame::{self, KIND_DEFAULT, KIND_FP, KIND_FP_CANONICAL};
 use super::lines;
 use super::sources;
 use super::wire::{invalid, Reader};
 use super::{arch_from_code, DecodeError, Decoded, LiveCheck, MAGIC, MAX_COUNT, VERSION};
-use crate::model::{Arch, CfaBase, FunctionId, JitObject, LineRow, UnwindRow};
+use crate::model::{Arch, CfaBase, FunctionId, JitObject, LineRow, SavedRegister, UnwindRow};
 use crate::Result as ModelResult;
 
 /// Fewest bytes each item can take, for bounding counts by the remaining input.
@@ -28,6 +29,7 @@ const MIN_FUNCTION_BYTES: usize = 5; // name length, one byte, start, size, flag
 const MIN_UNWIND_ROW_BYTES: usize = 3;
 const MIN_EPILOGUE_BYTES: usize = 2;
 const MIN_BLOCK_BYTES: usize = 4;
+const MIN_REGISTER_RULE_BYTES: usize = 3;
 
 /// Receives what the decoder reads, record by record and function by function. Names and
 /// file names borrow the payload; row slices are only valid during the call.
@@ -67,6 +69,9 @@ pub trait Sink<'a> {
         end: u32,
         parent: Option<u32>,
     ) -> ModelResult<()>;
+    /// A register rule of the current function, in the order of the payload (offsets
+    /// non-decreasing as the decoder read them; everything else is the sink's to check).
+    fn register_rule(&mut self, rule: SavedRegister) -> ModelResult<()>;
     /// The current object record ends (it has at least one function).
     fn end_object(&mut self) -> ModelResult<()>;
 }
@@ -126,6 +131,11 @@ impl<'a> Sink<'a> for ModelSink {
         let f = FunctionId::from_index(self.f);
         self.current().add_block(f, name, start, end, parent)?;
         Ok(())
+    }
+    fn register_rule(&mut self, rule: SavedRegister) -> ModelResult<()> {
+        let f = FunctionId::from_index(self.f);
+        self.current()
+            .add_register_rule(f, rule.offset, rule.reg, rule.rule)
     }
     fn end_object(&mut self) -> ModelResult<()> {
         let (object, live) = self.object.take().unwrap_or_default();
@@ -324,7 +334,7 @@ fn function_body<'a>(
 
     let at = r.pos();
     let flags = r.u8("a function's flags")?;
-    if flags & !(FUNCTION_KIND_MASK | FUNCTION_LINES | FUNCTION_BLOCKS) != 0 {
+    if flags & !(FUNCTION_KIND_MASK | FUNCTION_LINES | FUNCTION_BLOCKS | FUNCTION_REGISTERS) != 0 {
         return Err(invalid(format!("unknown function flags {flags:#04x}"), at));
     }
     let at = r.pos();
@@ -351,6 +361,54 @@ fn function_body<'a>(
     }
     if flags & FUNCTION_BLOCKS != 0 {
         decode_blocks(r, sink, strings)?;
+    }
+    if flags & FUNCTION_REGISTERS != 0 {
+        decode_register_rules(r, sink)?;
+    }
+    Ok(())
+}
+
+fn decode_register_rules<'a>(
+    r: &mut Reader<'a>,
+    sink: &mut impl Sink<'a>,
+) -> Result<(), DecodeError> {
+    let at = r.pos();
+    let n = r.count(
+        "the register rule count",
+        MIN_REGISTER_RULE_BYTES,
+        MAX_COUNT,
+    )?;
+    if n == 0 {
+        return Err(invalid(
+            "the register rule count is 0 (the flag says there are rules)",
+            at,
+        ));
+    }
+    let mut offset = 0u64;
+    for j in 0..n {
+        let at = r.pos();
+        let adv = r.uleb("a register rule")?;
+        let reg = r.uleb("a register rule")?;
+        let code = r.uleb("a register rule")?;
+        offset = offset.saturating_add(adv);
+        let (Ok(offset32), Ok(reg)) = (u32::try_from(offset), u16::try_from(reg)) else {
+            return Err(invalid(
+                format!("register rule {j}: its offset or register number is out of range"),
+                at,
+            ));
+        };
+        let Some(rule) = frame::rule_from_code(code) else {
+            return Err(invalid(
+                format!("register rule {j}: rule code {code:#x} is no rule"),
+                at,
+            ));
+        };
+        sink.register_rule(SavedRegister {
+            offset: offset32,
+            reg,
+            rule,
+        })
+        .map_err(|e| model_error(e, at))?;
     }
     Ok(())
 }

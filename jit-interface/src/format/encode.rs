@@ -22,6 +22,9 @@ pub(crate) const OBJECT_SOURCES: u8 = 0x02;
 pub(crate) const FUNCTION_KIND_MASK: u8 = 0x03;
 pub(crate) const FUNCTION_LINES: u8 = 0x04;
 pub(crate) const FUNCTION_BLOCKS: u8 = 0x08;
+/// Function flag: register rules follow the blocks (a flag that only adds optional fields:
+/// payloads without rules keep their bytes).
+pub(crate) const FUNCTION_REGISTERS: u8 = 0x10;
 
 const FORMAT: crate::error::PayloadFormat = crate::error::PayloadFormat::Compact;
 
@@ -367,8 +370,9 @@ fn worst_len(f: Function<'_>, name: &str) -> usize {
     let lines = 2 * LEB + lines::MAX_ROW_LEN * f.lines().len();
     let blocks = f.blocks();
     let blocks = LEB + blocks.len() * 4 * LEB;
+    let registers = LEB + f.register_rules().len() * 3 * LEB;
     // Name and its length, start, size, flags.
-    name.len() + 3 * LEB + 1 + frame + lines + blocks
+    name.len() + 3 * LEB + 1 + frame + lines + blocks + registers
 }
 
 fn write_function<'a>(
@@ -405,6 +409,9 @@ fn write_function<'a>(
     }
     if !f.blocks().is_empty() {
         flags |= FUNCTION_BLOCKS;
+    }
+    if !f.register_rules().is_empty() {
+        flags |= FUNCTION_REGISTERS;
     }
     w.u8(flags);
 
@@ -486,6 +493,21 @@ fn write_function<'a>(
             w.uleb(u64::from(b.start));
             w.uleb(u64::from(b.end.wrapping_sub(b.start)));
             w.uleb(b.parent.map_or(0, |p| u64::from(p) + 1));
+        }
+    }
+
+    let rules = f.register_rules();
+    if !rules.is_empty() {
+        check_count(rules.len(), || {
+            format!("the number of register rules of `{name}`")
+        })?;
+        w.uleb(rules.len() as u64);
+        let mut prev = 0u32;
+        for r in rules {
+            w.uleb(u64::from(r.offset.wrapping_sub(prev)));
+            w.uleb(u64::from(r.reg));
+            w.uleb(frame::rule_code(r.rule));
+            prev = r.offset;
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 //! (kind `FP_CANONICAL`). Other frame-pointer layouts list their offsets; anything else is
 //! explicit rows.
 
-use crate::model::{Arch, Epilogue, Frame};
+use crate::model::{Arch, Epilogue, Frame, RegisterRule};
 
 /// Frame kinds, bits 0-1 of the function flags.
 pub(crate) const KIND_DEFAULT: u8 = 0;
@@ -47,4 +47,33 @@ pub(crate) fn is_canonical(frame: &Frame, arch: Arch, size: u32) -> bool {
                 restore_end,
                 ret_end,
             }]
+}
+
+/// A register rule as one number (`docs/FORMAT.md`, "Register rules"): the kind in bits
+/// 0-1, its operand above: 0 saved at CFA - 8 * operand, 1 in register `operand`, 2 same
+/// value, 3 undefined (operand 0).
+pub(crate) fn rule_code(rule: RegisterRule) -> u64 {
+    match rule {
+        // Validated slots are CFA - 16 and below, multiples of 8.
+        RegisterRule::AtCfa(n) => (u64::from(n.unsigned_abs()) / 8) << 2,
+        RegisterRule::InRegister(r) => (u64::from(r) << 2) | 1,
+        RegisterRule::SameValue => 2,
+        RegisterRule::Undefined => 3,
+    }
+}
+
+/// The rule [`rule_code`] made `code` from; `None` for codes no rule makes (an operand out
+/// of range, or one where the kind takes none).
+pub(crate) fn rule_from_code(code: u64) -> Option<RegisterRule> {
+    let operand = code >> 2;
+    match code & 3 {
+        0 => {
+            let n = i32::try_from(operand.checked_mul(8)?).ok()?;
+            Some(RegisterRule::AtCfa(-n))
+        }
+        1 => Some(RegisterRule::InRegister(u16::try_from(operand).ok()?)),
+        2 if operand == 0 => Some(RegisterRule::SameValue),
+        3 if operand == 0 => Some(RegisterRule::Undefined),
+        _ => None,
+    }
 }

@@ -412,6 +412,45 @@ fn bad_gap_rows_are_refused_with_offsets() {
 }
 
 #[test]
+fn random_register_rules_round_trip() {
+    use crate::model::RegisterRule as R;
+    // Its own generators: the objects of `random_objects_round_trip` stay as they are.
+    let (mut rng, mut rules_rng) = (Rng(0x1234_5678_9abc_def1), Rng(0x0bad_cafe_f00d_d00d));
+    let (mut with_rules, mut refused) = (0, 0);
+    for _ in 0..2000 {
+        let mut o = random_object(&mut rng);
+        if o.validate().is_err() || o.arch() != Arch::X86_64 {
+            continue;
+        }
+        for i in 0..o.functions().len() {
+            let f = FunctionId::from_index(i);
+            let size = o.functions().get(f).unwrap().size();
+            let mut off = 0u32;
+            for _ in 0..rules_rng.below(6) {
+                off += rules_rng.below(20) as u32;
+                let rule = match rules_rng.below(4) {
+                    0 => R::AtCfa(-8 * (1 + rules_rng.mostly_below(5, 1 << 22, 20) as i32)),
+                    1 => R::InRegister(rules_rng.below(18) as u16),
+                    2 => R::SameValue,
+                    _ => R::Undefined,
+                };
+                let reg = rules_rng.below(18) as u16;
+                match o.add_register_rule(f, off.min(size), reg, rule) {
+                    Ok(()) => with_rules += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+        }
+        let bytes = encode(&o, None).unwrap();
+        assert_eq!(decode(&bytes).unwrap().object, o);
+    }
+    assert!(
+        with_rules > 1000 && refused > 100,
+        "{with_rules} rules kept, {refused} refused"
+    );
+}
+
+#[test]
 fn call_sites_are_left_out() {
     let plain = small_object(Arch::X86_64, 0x1000, &["f", "g"]);
     let mut with = plain.clone();
@@ -1151,4 +1190,125 @@ fn seeds_decode() {
             std::fs::write(dir.join(format!("seed-{i:02}")), p).unwrap();
         }
     }
+}
+
+/// An object whose functions save registers: every rule kind, with and without lines and
+/// blocks.
+fn saver_object() -> JitObject {
+    use crate::arch::x86_64::{R12, R13, R14, RBX};
+    use crate::model::RegisterRule as R;
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o.add_function("saver", 0x7f00_0000_1000, 64).unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_register_rule(f, 6, R12, R::AtCfa(-24)).unwrap();
+    o.add_register_rule(f, 8, R13, R::AtCfa(-32)).unwrap();
+    o.add_register_rule(f, 8, RBX, R::SameValue).unwrap();
+    o.add_register_rule(f, 40, R13, R::InRegister(R14)).unwrap();
+    o.add_register_rule(f, 60, R12, R::Undefined).unwrap();
+    o.set_lines(f, "s.js", &rows(&[(0, 1), (8, 2)])).unwrap();
+    o.add_block(f, "inner", 8, 40, None).unwrap();
+    let g = o.add_function("plain", 0x7f00_0000_1040, 32).unwrap();
+    o.set_frame_pointer(g, 1, 4).unwrap();
+    let h = o.add_function("far", 0x7f00_0000_2000, 0x10_0000).unwrap();
+    o.add_register_rule(h, 0x8_0000, R15_FOR_TEST, R::AtCfa(-(8 << 20)))
+        .unwrap();
+    o
+}
+
+const R15_FOR_TEST: u16 = crate::arch::x86_64::R15;
+
+#[test]
+fn register_rules_round_trip() {
+    let o = saver_object();
+    let bytes = encode(&o, Some(LIVE)).unwrap();
+    let d = decode(&bytes).unwrap();
+    assert_eq!(d.object, o);
+    let f = d.object.functions().first().unwrap();
+    assert_eq!(f.register_rules().len(), 5);
+    // Without rules a function's bytes are what they were: the flag adds fields only.
+    let mut bare = JitObject::with_arch(Arch::X86_64);
+    let g = bare.add_function("plain", 0x7f00_0000_1040, 32).unwrap();
+    bare.set_frame_pointer(g, 1, 4).unwrap();
+    let plain = encode(&bare, None).unwrap();
+    assert!(!plain.is_empty());
+    let flags_at = plain.len() - 1;
+    assert_eq!(plain[flags_at] & 0x10, 0);
+}
+
+#[test]
+fn bad_register_rules_are_refused_with_offsets() {
+    // One function with the register-rule flag and the given rule bytes.
+    let record = |rule: &[u64]| {
+        let mut w = header(&[]);
+        w.uleb(1);
+        w.text("f");
+        w.sleb(0x1000);
+        w.uleb(16);
+        w.u8(0x10);
+        for &n in rule {
+            w.uleb(n);
+        }
+        w.buf
+    };
+    let err = |rule: &[u64]| decode(&record(rule)).unwrap_err().to_string();
+    // count 1: offset 4, r12, saved at CFA - 16 (code 2 << 2): fine.
+    let ok = decode(&record(&[1, 4, 12, 2 << 2])).unwrap();
+    assert_eq!(
+        ok.object.functions().first().unwrap().register_rules()[0].rule,
+        crate::model::RegisterRule::AtCfa(-16)
+    );
+    let e = err(&[0]);
+    assert!(e.contains("register rule count is 0"), "{e}");
+    let e = err(&[1, 4, 12, (1 << 2) | 2]);
+    assert!(e.contains("rule code 0x6 is no rule"), "{e}");
+    // The model's checks, at the rule's offset, naming the function.
+    let e = err(&[1, 4, 7, 2 << 2]);
+    assert!(e.contains("rsp (7)") && e.contains("`f`"), "{e}");
+    let e = err(&[1, 20, 12, 2 << 2]);
+    assert!(e.contains("outside the function"), "{e}");
+    let e = err(&[1, 4, 12, 1 << 2]);
+    assert!(e.contains("CFA-8 is not a save slot"), "{e}");
+    // Truncated.
+    let mut cut = record(&[1, 4, 12, 2 << 2]);
+    cut.pop();
+    assert!(decode(&cut).is_err());
+}
+
+/// The example of docs/FORMAT.md "With register rules": `g` at 0x2000, 48 bytes, canonical
+/// frame-pointer frame, `push r12` ending at 6 (r12 at CFA - 24), `pop r12` ending at 45.
+fn doc_register_example() -> JitObject {
+    let mut o = JitObject::with_arch(Arch::X86_64);
+    let f = o.add_function("g", 0x2000, 48).unwrap();
+    o.set_frame_pointer(f, 1, 4).unwrap();
+    o.add_epilogue(f, 47, 48).unwrap();
+    o.add_register_rule(
+        f,
+        6,
+        crate::arch::x86_64::R12,
+        crate::model::RegisterRule::AtCfa(-24),
+    )
+    .unwrap();
+    o.add_register_rule(
+        f,
+        45,
+        crate::arch::x86_64::R12,
+        crate::model::RegisterRule::SameValue,
+    )
+    .unwrap();
+    o
+}
+
+#[test]
+fn format_md_shows_the_register_rules_example() {
+    let o = doc_register_example();
+    let bytes = encode(&o, None).unwrap();
+    assert_eq!(decode(&bytes).unwrap().object, o);
+    let dump = hex_dump(&bytes);
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/FORMAT.md");
+    let doc = std::fs::read_to_string(path).unwrap();
+    assert!(
+        doc.contains(&dump),
+        "docs/FORMAT.md must show the encoder's output for the register-rules example ({} bytes):\n{dump}",
+        bytes.len()
+    );
 }

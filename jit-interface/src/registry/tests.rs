@@ -720,3 +720,106 @@ fn a_spent_reader_budget_turns_small_compact_entries_into_elf() {
         "not read by the reader"
     );
 }
+
+/// Objects whose functions have register rules keep them through the registry's paths
+/// without a debugger (appended to growing ELF payloads and compact batches, payloads
+/// rebuilt as neighbours leave): the payloads GDB would read carry them, and the ELF
+/// payloads' other functions keep the undefined default.
+#[test]
+fn register_rules_survive_appends_and_removals() {
+    use crate::arch::x86_64::{R12, R13};
+    use crate::model::RegisterRule;
+    for format in [Format::Elf, Format::Compact] {
+        let mut st = Fake::default();
+        let base = 0x5f40_0000_0000u64;
+        let saver = |i: u64| i % 10 == 3;
+        let mut ids: Vec<Option<u32>> = (0..300u64)
+            .map(|i| {
+                let mut o = one(&format!("keep_{i:04}"), base + i * 64, Some("keep.js"));
+                if saver(i) {
+                    let f = crate::model::FunctionId::from_index(0);
+                    o.add_register_rule(f, 6, R12, RegisterRule::AtCfa(-24))
+                        .unwrap();
+                    o.add_register_rule(f, 8, R13, RegisterRule::InRegister(3))
+                        .unwrap();
+                }
+                Some(reg(&mut st, &o, format))
+            })
+            .collect();
+        // Drop every 7th object: savers and plain neighbours alike.
+        for i in (0..300).step_by(7) {
+            st.remove(ids[i].take().unwrap());
+        }
+        let mut seen = 0;
+        for payload in st.list.payloads() {
+            if payload.starts_with(b"\x7fELF") {
+                let file = object::File::parse(payload).expect("an ELF payload");
+                use object::{Object, ObjectSection, ObjectSymbol};
+                let frame = file
+                    .section_by_name(".debug_frame")
+                    .and_then(|s| s.data().ok())
+                    .expect(".debug_frame");
+                let mut frame = gimli::DebugFrame::new(frame, gimli::LittleEndian);
+                frame.set_address_size(8);
+                for sym in file
+                    .symbols()
+                    .filter(|s| s.kind() == object::SymbolKind::Text)
+                    .filter(|s| s.name().is_ok_and(|n| n.starts_with("keep_")))
+                {
+                    let i: u64 = sym.name().unwrap()[5..].parse().unwrap();
+                    let mut ctx = gimli::UnwindContext::new();
+                    let row = gimli::UnwindSection::unwind_info_for_address(
+                        &frame,
+                        &gimli::BaseAddresses::default(),
+                        &mut ctx,
+                        base + i * 64 + 10,
+                        gimli::UnwindSection::cie_from_offset,
+                    )
+                    .unwrap_or_else(|e| panic!("keep_{i:04}: {e:?}"));
+                    let (r12, r13) = (
+                        row.register(gimli::Register(R12)),
+                        row.register(gimli::Register(R13)),
+                    );
+                    if saver(i) {
+                        assert_eq!(r12, Some(gimli::RegisterRule::Offset(-24)), "keep_{i:04}");
+                        assert_eq!(r13, Some(gimli::RegisterRule::Register(gimli::Register(3))));
+                        seen += 1;
+                    } else {
+                        assert_eq!(r12, Some(gimli::RegisterRule::Undefined), "keep_{i:04}");
+                    }
+                }
+            } else {
+                for d in crate::format::decode_all(payload).expect("a compact payload") {
+                    for f in d.object.functions() {
+                        let i: u64 = f.name()[5..].parse().unwrap();
+                        // SAFETY: live slots are never freed (`LiveSlots`), and the state
+                        // that owns them is alive while its payloads are looked at.
+                        let live = d.live.is_some_and(|l| {
+                            (unsafe { (l.address as *const u64).read_volatile() }) == l.key
+                        });
+                        if !live {
+                            continue;
+                        }
+                        assert_eq!(
+                            f.register_rules().len(),
+                            if saver(i) { 2 } else { 0 },
+                            "keep_{i:04}"
+                        );
+                        seen += usize::from(saver(i));
+                    }
+                }
+            }
+        }
+        let left = (0..300u64)
+            .filter(|&i| saver(i) && ids[i as usize].is_some())
+            .count();
+        assert_eq!(seen, left, "{format:?}: every saver left, once");
+        // The payloads were rebuilt without the objects that left, and only those.
+        let mut want: Vec<String> = (0..300u64)
+            .filter(|&i| ids[i as usize].is_some())
+            .map(|i| format!("keep_{i:04}"))
+            .collect();
+        want.sort();
+        assert_eq!(listed(&st), want, "{format:?}");
+    }
+}

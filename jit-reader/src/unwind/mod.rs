@@ -44,7 +44,7 @@
 
 use std::cell::Cell;
 
-use jit_interface::Arch;
+use jit_interface::{register_rule_at, Arch, RegisterRule};
 
 use crate::index::{CodeFn, Index};
 pub use crate::memory::Memory;
@@ -186,6 +186,52 @@ pub fn unwind_at(index: &mut Index, pc: u64, regs: &dyn Registers, mem: &dyn Mem
         regs: frame,
         step,
     }
+}
+
+/// The caller's values of the registers `func`'s register rules describe at `lookup_pc`,
+/// for a frame with CFA `cfa` and registers `regs`: (DWARF number, value) for each one
+/// whose value is known (before a register's first rule, the value it has in this frame). A register left out shows as `<not saved>` in GDB: one without a
+/// rule (a function may have changed a callee-saved register it does not describe; the ELF
+/// payload says "undefined" for those too), one ruled undefined, and one whose place
+/// cannot be read (an unreadable stack slot, a register this frame does not know). Never a
+/// guess: a wrong value in a caller frame is worse than none.
+pub fn saved_registers(
+    func: &CodeFn,
+    lookup_pc: u64,
+    cfa: u64,
+    regs: &dyn Registers,
+    mem: &dyn Memory,
+) -> Vec<(u16, u64)> {
+    let rules = func.register_rules();
+    if rules.is_empty() {
+        return Vec::new();
+    }
+    let Ok(offset) = u32::try_from(lookup_pc.wrapping_sub(func.start)) else {
+        return Vec::new();
+    };
+    // Each register once, with the rule in effect at the offset; before its first rule a
+    // register still holds the caller's value.
+    let mut out: Vec<(u16, u64)> = Vec::new();
+    let mut seen: Vec<u16> = Vec::new();
+    for r in rules {
+        if seen.contains(&r.reg) {
+            continue;
+        }
+        seen.push(r.reg);
+        let rule = register_rule_at(rules, r.reg, offset).unwrap_or(RegisterRule::SameValue);
+        let value = match rule {
+            RegisterRule::AtCfa(n) => cfa
+                .checked_add_signed(i64::from(n))
+                .and_then(|slot| mem.read_u64(slot)),
+            RegisterRule::InRegister(other) => regs.get(other),
+            RegisterRule::SameValue => regs.get(r.reg),
+            RegisterRule::Undefined => None,
+        };
+        if let Some(v) = value {
+            out.push((r.reg, v));
+        }
+    }
+    out
 }
 
 /// The identity of a frame that [`unwind`] claimed: (function start, CFA, or the stack
@@ -356,5 +402,95 @@ pub(crate) mod testing {
         fn get(&self, dwarf_regnum: u16) -> Option<u64> {
             self.0.get(&dwarf_regnum).copied()
         }
+    }
+}
+
+#[cfg(test)]
+mod saved_register_tests {
+    use super::testing::{FakeMem, FakeRegs};
+    use super::*;
+    use jit_interface::arch::x86_64::{R12, R13, R14, R15, RBX};
+    use jit_interface::{SavedRegister, UnwindRow};
+
+    fn rule(offset: u32, reg: u16, rule: RegisterRule) -> SavedRegister {
+        SavedRegister { offset, reg, rule }
+    }
+
+    /// A function at 0x1000 (64 bytes) with a frame-pointer frame and `rules`.
+    fn func(rules: &[SavedRegister]) -> CodeFn {
+        let rows = [
+            UnwindRow::X86_64_ENTRY,
+            UnwindRow {
+                offset: 4,
+                ..jit_interface::arch::x86_64::FRAME_SET_UP
+            },
+        ];
+        CodeFn::new("saver", 0x1000, 64, Arch::X86_64, &rows).with_register_rules(rules)
+    }
+
+    #[test]
+    fn every_rule_on_a_fake_stack() {
+        const CFA: u64 = 0x7fff_0000_1000;
+        let f = func(&[
+            rule(6, R12, RegisterRule::AtCfa(-24)),
+            rule(8, R13, RegisterRule::AtCfa(-32)),
+            rule(8, RBX, RegisterRule::SameValue),
+            rule(20, R14, RegisterRule::InRegister(R15)),
+            rule(30, R12, RegisterRule::Undefined),
+        ]);
+        let mut mem = FakeMem::default();
+        mem.set(CFA - 24, 0x1000).set(CFA - 32, 0x2000);
+        // This frame's registers: the callee's clobbered values.
+        let mut regs = FakeRegs::default();
+        for (r, v) in [
+            (R12, 0x18),
+            (R13, 0x28),
+            (R14, 0x38),
+            (R15, 0x4242),
+            (RBX, 0x77),
+        ] {
+            regs.0.insert(r, v);
+        }
+        let at = |off: u64| {
+            let mut got = saved_registers(&f, 0x1000 + off, CFA, &regs, &mem);
+            got.sort_unstable();
+            got
+        };
+        // Before any rule: every described register is still the caller's.
+        assert_eq!(at(0), [(RBX, 0x77), (R12, 0x18), (R13, 0x28), (R14, 0x38)]);
+        // Saved at CFA + n: read from the slot, not the clobbered register.
+        assert_eq!(
+            at(10),
+            [(RBX, 0x77), (R12, 0x1000), (R13, 0x2000), (R14, 0x38)]
+        );
+        // In another register.
+        assert_eq!(
+            at(20),
+            [(RBX, 0x77), (R12, 0x1000), (R13, 0x2000), (R14, 0x4242)]
+        );
+        // Undefined: left out, so GDB shows `<not saved>`.
+        assert_eq!(at(30), [(RBX, 0x77), (R13, 0x2000), (R14, 0x4242)]);
+        // r15 has no rule: never set (undefined, as the ELF payload's CIE says).
+        assert!(at(40).iter().all(|&(r, _)| r != R15));
+        // Nothing known, nothing set: an unreadable slot, a register this frame lacks.
+        let empty = FakeMem::default();
+        let mut got = saved_registers(&f, 0x1000 + 10, CFA, &FakeRegs::default(), &empty);
+        got.sort_unstable();
+        assert_eq!(got, []);
+        // A CFA whose slot would wrap: no value.
+        assert!(saved_registers(&f, 0x1000 + 10, 8, &regs, &mem)
+            .iter()
+            .all(|&(r, _)| r != R12 && r != R13));
+    }
+
+    #[test]
+    fn functions_without_rules_set_nothing() {
+        let f = func(&[]);
+        let mut regs = FakeRegs::default();
+        regs.0.insert(R12, 1);
+        assert_eq!(
+            saved_registers(&f, 0x1010, 0x7fff_0000_1000, &regs, &FakeMem::default()),
+            []
+        );
     }
 }

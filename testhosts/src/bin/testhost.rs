@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use jit_interface::{Format, JitObject, LineRow, Registration};
 
-use scenario::{FrameDesc, JitFn, Natives};
+use scenario::{FrameDesc, JitFn, Natives, SavedRegs};
 
 const USAGE: &str = "\
 usage: jit-gdb-testhost [OPTIONS] MODE
@@ -57,6 +57,10 @@ OPTIONS
   --line-gaps                 jit_middle's spill of n (`sub rsp, 16; mov [rbp-8], rdi`,
                               after its frame setup) has no source line: a gap row
                               (line 0, printed as OFF:0) between lines 6 and 7
+  --saved-regs                jit_entry saves r12-r14 and sets them to 0x1000, 0x2000,
+                              0x3000; jit_middle saves them, describes the saves of r12 and
+                              r13 (not r14) and sets them to 0x18, 0x28, 0x38 (printed:
+                              `jit-gdb-testhost: saved-regs entry r12=.. middle r12=..`)
   --base ADDR|any             address of the code buffer (default 0x1a1700000000; `any`:
                               the kernel's choice)
   -h, --help                  this text
@@ -137,6 +141,7 @@ struct Options {
     source_name: Option<String>,
     no_lines: bool,
     line_gaps: bool,
+    saved_regs: bool,
     base: Option<u64>,
 }
 
@@ -160,6 +165,7 @@ fn parse_args() -> Result<Options, String> {
         source_name: None,
         no_lines: false,
         line_gaps: false,
+        saved_regs: false,
         base: Some(DEFAULT_BASE),
     };
     while let Some(a) = args.next() {
@@ -188,6 +194,7 @@ fn parse_args() -> Result<Options, String> {
             "--source-name" => o.source_name = Some(value("a file name")?),
             "--no-lines" => o.no_lines = true,
             "--line-gaps" => o.line_gaps = true,
+            "--saved-regs" => o.saved_regs = true,
             "--source" => {
                 o.source = match value("absent, file or text")?.as_str() {
                     "absent" => SourceMode::Absent,
@@ -248,6 +255,9 @@ fn describe(
             }
         }
         FrameDesc::Rows(rows) => obj.set_unwind(id, rows)?,
+    }
+    for r in &f.registers {
+        obj.add_register_rule(id, r.offset, r.reg, r.rule)?;
     }
     for v in f
         .variables
@@ -313,7 +323,12 @@ fn real_main() -> Result<(), String> {
         callback: jit_test_callback as *const () as u64,
         break_here: jit_test_break_here as *const () as u64,
     };
-    let mut fns = scenario::compile(base, natives);
+    let regs = if o.saved_regs {
+        SavedRegs::On
+    } else {
+        SavedRegs::Off
+    };
+    let mut fns = scenario::compile(base, natives, regs);
     if o.line_gaps {
         add_line_gap(&mut fns);
     }
@@ -330,6 +345,17 @@ fn real_main() -> Result<(), String> {
             f.code.len(),
             join(f.insns.iter()),
             join(f.lines.iter().map(|r| format!("{}:{}", r.offset, r.line))),
+        );
+    }
+    if o.saved_regs {
+        println!(
+            "jit-gdb-testhost: saved-regs entry r12={:#x} r13={:#x} r14={:#x} middle r12={:#x} r13={:#x} r14={:#x}",
+            scenario::ENTRY_R12,
+            scenario::ENTRY_R13,
+            scenario::ENTRY_R14,
+            scenario::MIDDLE_R12,
+            scenario::MIDDLE_R13,
+            scenario::MIDDLE_R14
         );
     }
     buf.seal()

@@ -322,6 +322,11 @@ fn fde_rules(
             {
                 continue
             }
+            // The CIE's "unknown unless described" for callee-saved registers: the rows
+            // carry no register rules (objects with rules are not plain).
+            I::Undefined { register } if in_cie && x86_64::CALLEE_SAVED.contains(&register.0) => {
+                continue
+            }
             rule => rule,
         };
         if u64::from(rules.last()?.offset) != at {

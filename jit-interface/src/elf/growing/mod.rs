@@ -855,8 +855,15 @@ impl Growing {
         // Where a plain object's bytes are, to read it back (see `Index::object`). (A
         // function with a file but no rows opens a unit too, with an empty line program.)
         let rows = copied.is_some() || src.all_rows();
+        // Register rules are not read back from the FDEs: such objects keep a record.
+        let rules = src.layout().is_some_and(|layout| {
+            layout
+                .functions
+                .iter()
+                .any(|p| !p.f.register_rules().is_empty())
+        });
         let plain = match (&plan, open) {
-            _ if !rows => None,
+            _ if !rows || rules => None,
             (
                 UnitPlan::Extend {
                     slot, sequences, ..
