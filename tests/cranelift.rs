@@ -3,7 +3,8 @@
 //! through jit-cranelift. The machine code runs (its result is checked), and in GDB, as ELF
 //! and as compact records (with the reader), `stepi` through every instruction of the three
 //! functions shows at each step a backtrace with the right JIT callers, names and lines, down
-//! to the Rust `main`; stopped in the native callback, `bt` shows all of them.
+//! to the Rust `main`; stopped in the native callback, `bt` shows all of them, and the
+//! callee-saved registers of `middle` and `outer` are the values each held at its call.
 //!
 //! Three GDB sessions: one that disassembles the JIT code (GDB's own disassembler gives the
 //! instruction boundaries the walk needs), then one walk per format.
@@ -71,6 +72,20 @@ struct Stop {
     chain: Vec<&'static str>,
     /// What to do after it: `stepi`, or `stepi` into the native callback then `finish`.
     into_native: bool,
+    /// The stop is at the function's call of the next JIT function.
+    calls_jit: bool,
+}
+
+/// The callee-saved registers cranelift uses (System V: rbx, r12-r15).
+const SAVED: [&str; 5] = ["rbx", "r12", "r13", "r14", "r15"];
+
+/// The `$N = 0x...` values printed in a section, in order.
+fn values(t: &Transcript, section: &str) -> Vec<u64> {
+    t.section(section)
+        .lines()
+        .filter(|l| l.starts_with('$'))
+        .filter_map(|l| parse_hex(l.split(" = ").nth(1)?.trim()))
+        .collect()
 }
 
 /// The stops of a walk through straight-line code (each function has one call and one
@@ -99,6 +114,7 @@ fn walk(layout: &Layout, code: &[(&'static str, Vec<Insn>)]) -> Vec<Stop> {
             pc: f.start + insns[i].offset,
             chain: chain_of(name),
             into_native: *name == "inner" && i == calls[0],
+            calls_jit: *name != "inner" && i == calls[0],
         };
         before.extend((0..=calls[0]).map(stop));
         after.push((calls[0] + 1..insns.len()).map(stop).collect::<Vec<_>>());
@@ -122,13 +138,25 @@ fn session(exe: &Path, dir: &Path, format: &str, stops: &[Stop]) -> Transcript {
         .cmd("continue");
     for (k, s) in stops.iter().enumerate() {
         g = g.section(&s.section, ["p/x $pc", "bt 6"]);
+        if s.calls_jit {
+            // The registers the function itself holds at its call (frame #0's are real).
+            g = g.section(
+                &format!("{} call", s.chain[0]),
+                SAVED.map(|r| format!("p/x ${r}")),
+            );
+        }
         if s.into_native {
-            g = g
-                .cmd("stepi")
-                .section("native", ["bt 6"])
-                .section("registers", ["frame 3", "p/x $r12", "p/x $r13"])
-                .cmd("frame 0")
-                .cmd("finish");
+            g = g.cmd("stepi").section("native", ["bt 6"]);
+            // The same registers of the callers, unwound from the native callback.
+            for (frame, name) in [(2, "middle"), (3, "outer")] {
+                g = g
+                    .section(&format!("{name} unwound"), [format!("frame {frame}")])
+                    .section(
+                        &format!("{name} unwound values"),
+                        SAVED.map(|r| format!("p/x ${r}")),
+                    );
+            }
+            g = g.cmd("frame 0").cmd("finish");
         } else if k + 1 < stops.len() {
             g = g.cmd("stepi");
         }
@@ -258,6 +286,29 @@ fn cranelift_functions_step_by_step_in_gdb_elf_and_compact() {
             &["jit_native_stop", "inner", "middle", "outer"],
             None,
         );
+        // Callee-saved registers: each caller frame shows what the function held when it
+        // made its call, though the functions it called have changed them since (cranelift
+        // saves them in its frame and says where; jit-interface passes that on).
+        let (middle, outer) = (values(&t, "middle call"), values(&t, "outer call"));
+        let (middle_unwound, outer_unwound) = (
+            values(&t, "middle unwound values"),
+            values(&t, "outer unwound values"),
+        );
+        if middle.len() != SAVED.len() || outer.len() != SAVED.len() {
+            t.fail(&format!("{format}: register values {middle:?} {outer:?}"));
+        }
+        if middle_unwound != middle || outer_unwound != outer {
+            t.fail(&format!(
+                "{format}: {SAVED:?} unwound in middle {middle_unwound:x?}, outer {outer_unwound:x?}; \
+                 held at their calls: middle {middle:x?}, outer {outer:x?}"
+            ));
+        }
+        // Not vacuous: middle changed what outer keeps, and outer keeps its argument, 10.
+        if middle == outer || !outer.contains(&10) {
+            t.fail(&format!(
+                "{format}: middle {middle:x?} and outer {outer:x?}: expected middle to change outer's registers and outer to keep 10"
+            ));
+        }
         t.assert_contains(Some("end"), &want);
         t.assert_contains(Some("end"), "exited normally");
         backtraces.push(bts);

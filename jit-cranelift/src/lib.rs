@@ -14,7 +14,7 @@
 //! 2. once addresses are known, [`CompiledFunction::add_to`] adds the function to a
 //!    [`JitObject`]: name, address and size; line rows through the caller's mapping from
 //!    cranelift [`SourceLoc`]s to lines; call sites, their targets through the caller's
-//!    mapping; and the frame description.
+//!    mapping; and the frame description with its callee-saved registers.
 //!
 //! ```ignore
 //! module.define_function(id, &mut ctx)?;
@@ -32,11 +32,11 @@
 //! The function's unwind information is cranelift's own: `CompiledCode::create_unwind_info`
 //! gives SystemV CFI, whose FDE (`UnwindInfo::to_fde`) is written as `.eh_frame` and
 //! evaluated into rows. Where the canonical frame address (CFA) and the caller's frame
-//! pointer are gives the [`UnwindRow`]s; the rules for other callee-saved registers
-//! (cranelift saves rbx and r12-r15 below its frame) are kept in
-//! [`CompiledFunction::save_slots`], but [`JitObject`] has no place for them yet: a
-//! debugger shows such a register of a caller frame with the callee's value (ELF) or as
-//! not saved (compact). cranelift declares no epilogue; the GDB reader (compact) and GDB
+//! pointer are gives the [`UnwindRow`]s; where cranelift saves the other callee-saved
+//! registers (rbx, r12-r15, below its frame) gives register rules
+//! ([`JitObject::add_register_rule`], [`CompiledFunction::save_slots`]), and those it does
+//! not save are declared unchanged, so a debugger shows a caller frame's registers with the
+//! caller's values. cranelift declares no epilogue; the GDB reader (compact) and GDB
 //! itself (ELF) recognise the epilogue at the PC. Use `preserve_frame_pointers=true`: a
 //! function without a frame pointer is described too, but debuggers find the callers of
 //! frame-pointer code most reliably (for example after attach, in a core).
@@ -55,7 +55,8 @@ use cranelift_codegen::ir::{ExternalName, KnownSymbol, LibCall, SourceLoc, UserE
 use cranelift_codegen::isa::unwind::UnwindInfo;
 use cranelift_codegen::isa::TargetIsa;
 use cranelift_codegen::{CompiledCode, Context, FinalizedRelocTarget};
-use jit_interface::{CallTarget, CfaBase, FunctionId, JitObject, LineRow, UnwindRow};
+use jit_interface::arch::x86_64::CALLEE_SAVED;
+use jit_interface::{CallTarget, CfaBase, FunctionId, JitObject, LineRow, RegisterRule, UnwindRow};
 
 /// x86-64 DWARF register numbers (the SystemV psABI's): the frame pointer, the stack
 /// pointer and the return-address column.
@@ -139,9 +140,9 @@ pub struct Call {
     pub callee: Callee,
 }
 
-/// Where a callee-saved register is saved, which [`UnwindRow`] cannot carry: from
-/// code offset `offset` on, the caller's value of DWARF register `register` is saved at
-/// CFA + `cfa_offset`.
+/// Where a callee-saved register is saved: from code offset `offset` on, the caller's
+/// value of DWARF register `register` is at CFA + `cfa_offset` (registered as
+/// [`RegisterRule::AtCfa`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SaveSlot {
     pub offset: u32,
@@ -226,8 +227,8 @@ impl CompiledFunction {
         &self.rows
     }
 
-    /// The callee-saved register rules the unwind information has beyond the frame pointer
-    /// (see the crate docs: not registered yet).
+    /// Where the function saves callee-saved registers besides the frame pointer, as its
+    /// unwind information says (see the crate docs).
     pub fn save_slots(&self) -> &[SaveSlot] {
         &self.saved
     }
@@ -291,6 +292,17 @@ impl CompiledFunction {
             }
         }
         obj.set_unwind(f, &self.rows)?;
+        // jit-interface takes a callee-saved register without a rule as changed (unknown in a
+        // caller frame). cranelift's unwind information names every one it saves, so the
+        // others are untouched: same value.
+        for reg in CALLEE_SAVED {
+            if !self.saved.iter().any(|s| s.register == reg) {
+                obj.add_register_rule(f, 0, reg, RegisterRule::SameValue)?;
+            }
+        }
+        for s in &self.saved {
+            obj.add_register_rule(f, s.offset, s.register, RegisterRule::AtCfa(s.cfa_offset))?;
+        }
         for c in &self.calls {
             let target = match &c.callee {
                 Callee::Local(off) => Some(CallTarget::Address(address + u64::from(*off))),

@@ -12,7 +12,10 @@ use cranelift_codegen::settings::{self, Configurable};
 use cranelift_codegen::Context;
 use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
 use jit_cranelift::{Callee, CompiledFunction, Error, Lines};
-use jit_interface::{CallTarget, CfaBase, JitObject, LineRow, UnwindRow};
+use jit_interface::arch::x86_64::CALLEE_SAVED;
+use jit_interface::{
+    CallTarget, CfaBase, JitObject, LineRow, RegisterRule, SavedRegister, UnwindRow,
+};
 
 fn isa() -> OwnedTargetIsa {
     let mut flags = settings::builder();
@@ -158,6 +161,23 @@ fn captures_frame_rows_saved_registers_calls_and_lines() {
     assert_eq!(g.calls().len(), 1);
     assert_eq!(g.calls()[0].return_offset, calls[0].return_offset);
     assert_eq!(g.calls()[0].target, CallTarget::Address(0x6000_0000));
+    // The saved registers at their slots from where they are saved; the other callee-saved
+    // registers unchanged from the start.
+    let mut want: Vec<SavedRegister> = CALLEE_SAVED
+        .iter()
+        .filter(|&&r| !saved.iter().any(|s| s.register == r))
+        .map(|&reg| SavedRegister {
+            offset: 0,
+            reg,
+            rule: RegisterRule::SameValue,
+        })
+        .collect();
+    want.extend(saved.iter().map(|s| SavedRegister {
+        offset: s.offset,
+        reg: s.register,
+        rule: RegisterRule::AtCfa(s.cfa_offset),
+    }));
+    assert_eq!(g.register_rules(), &want[..]);
     // Without lines: no rows; an unknown callee: an indirect call.
     let mut obj = JitObject::new();
     let id = f.add_to(&mut obj, "m", base, None, &mut |_| None).unwrap();
