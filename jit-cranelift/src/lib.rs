@@ -36,7 +36,9 @@
 //! registers (rbx, r12-r15, below its frame) gives register rules
 //! ([`JitObject::add_register_rule`], [`CompiledFunction::save_slots`]), and those it does
 //! not save are declared unchanged, so a debugger shows a caller frame's registers with the
-//! caller's values. cranelift declares no epilogue; the GDB reader (compact) and GDB
+//! caller's values. (jit-interface's `set_gimli_fde` cannot take cranelift's FDE: cranelift
+//! 0.135 builds it with gimli 0.33, jit-interface uses gimli 0.34, and the types differ.)
+//! cranelift declares no epilogue; the GDB reader (compact) and GDB
 //! itself (ELF) recognise the epilogue at the PC. Use `preserve_frame_pointers=true`: a
 //! function without a frame pointer is described too, but debuggers find the callers of
 //! frame-pointer code most reliably (for example after attach, in a core).
