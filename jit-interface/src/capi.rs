@@ -134,6 +134,17 @@ fn slice<'a, T>(p: *const T, n: usize, what: &'static str) -> Result<&'a [T], Er
     if p.is_null() {
         return Err(Error::NullPointer(what));
     }
+    // No array is larger than isize::MAX bytes: a count beyond it (SIZE_MAX, a negative
+    // length cast to size_t) is a caller's bug, refused before anything is read.
+    let fits = n
+        .checked_mul(std::mem::size_of::<T>())
+        .is_some_and(|bytes| bytes <= isize::MAX as usize);
+    if !fits {
+        return Err(Error::TooLarge(format!(
+            "{what}: a count of {n} elements of {} bytes is larger than any array",
+            std::mem::size_of::<T>()
+        )));
+    }
     // SAFETY: non-null and, per the API contract, pointing to `n` valid elements.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
@@ -144,6 +155,35 @@ fn function_index(f: i32) -> Result<FunctionId, Error> {
     usize::try_from(f)
         .map(FunctionId::from_index)
         .map_err(|_| Error::NegativeFunctionId(f.into()))
+}
+
+/// How errors name function `f` of `o`: by its name, or `#f` for an id that names none.
+fn function_label(o: &JitObject, f: i32) -> String {
+    usize::try_from(f)
+        .ok()
+        .and_then(|i| o.functions().get(FunctionId::from_index(i)))
+        .map_or_else(|| format!("#{f}"), |func| func.name().to_string())
+}
+
+/// Refuses `n` rows for function `f` of `o` when it has fewer bytes than that: rows sit at
+/// distinct offsets inside their function, so a larger count is a caller's bug (a length
+/// variable mixed up, SIZE_MAX), refused before the rows are read or anything allocated.
+fn check_row_count(o: &JitObject, f: FunctionId, n: usize, what: &str) -> Result<(), Error> {
+    let func = o
+        .functions()
+        .get(f)
+        .ok_or(Error::NoSuchFunction(f.index()))?;
+    if n > func.size() as usize {
+        return Err(Error::BadRows {
+            function: func.name().to_string(),
+            why: format!(
+                "{n} {what} for a function of {} bytes: rows have distinct offsets inside it, so at most {}",
+                func.size(),
+                func.size()
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Creates an empty object for the host architecture.
@@ -208,6 +248,7 @@ pub unsafe extern "C" fn jit_object_set_lines(
     guard(-1, || {
         let o = object(obj)?;
         let file = file_name(file)?;
+        check_row_count(o, function_index(r#fn)?, n, "line rows")?;
         let rows: Vec<LineRow> = slice(rows, n, "rows")?
             .iter()
             .map(|r| LineRow {
@@ -272,6 +313,7 @@ pub unsafe extern "C" fn jit_object_set_unwind(
 ) -> c_int {
     guard(-1, || {
         let o = object(obj)?;
+        check_row_count(o, function_index(r#fn)?, n, "unwind rows")?;
         let mut out = Vec::with_capacity(n.min(1 << 16));
         for (i, r) in slice(rows, n, "rows")?.iter().enumerate() {
             let cfa_base = match r.cfa_base {
@@ -279,7 +321,7 @@ pub unsafe extern "C" fn jit_object_set_unwind(
                 1 => CfaBase::Fp,
                 v => {
                     return Err(Error::BadRows {
-                        function: format!("#{}", r#fn),
+                        function: function_label(o, r#fn),
                         why: format!(
                         "unwind row {i}: cfa_base {v} is neither JIT_CFA_SP (0) nor JIT_CFA_FP (1)"
                     ),
@@ -475,8 +517,9 @@ pub unsafe extern "C" fn jit_object_add_variable(
     guard(-1, || {
         let o = object(obj)?;
         let name = text(name, "name")?;
+        let label = function_label(o, r#fn);
         let bad = |why: String| Error::BadVariable {
-            function: format!("#{}", r#fn),
+            function: label.clone(),
             why: format!("`{name}`: {why}"),
         };
         let kind = match kind {
@@ -540,7 +583,7 @@ pub unsafe extern "C" fn jit_object_add_call_site(
         let target = match (target, target_name.is_null()) {
             (0, true) => CallTarget::Indirect,
             (0, false) => return Err(Error::BadRows {
-                function: format!("#{}", r#fn),
+                function: function_label(o, r#fn),
                 why: "a call site with a target name needs the target's address (0 means unknown)"
                     .into(),
             }),
@@ -627,8 +670,7 @@ pub unsafe extern "C" fn jit_unregister_many(regs: *const *mut jit_registration,
         if regs.is_null() {
             return Err(Error::NullPointer("regs"));
         }
-        // SAFETY: per the contract, `regs` points to `n` readable pointers.
-        let regs = unsafe { std::slice::from_raw_parts(regs, n) };
+        let regs = slice(regs, n, "regs")?;
         // Each taken over once: a pointer listed twice would otherwise be freed twice.
         let mut owned: Vec<*mut jit_registration> =
             regs.iter().copied().filter(|r| !r.is_null()).collect();
@@ -781,6 +823,36 @@ mod tests {
             assert_eq!(set(&[row(0, 5), row(4, 0), row(8, 0)]), -1);
             assert!(
                 last_error().contains("line row 2 at offset 8 is a gap (line 0) right after the gap of row 1 at offset 4"),
+                "{}",
+                last_error()
+            );
+            jit_object_free(obj);
+        }
+    }
+
+    #[test]
+    fn absurd_counts_are_refused_before_anything_is_read() {
+        let obj = jit_object_new();
+        let bogus = std::ptr::NonNull::<jit_line>::dangling().as_ptr();
+        // SAFETY: a live object and a NUL-terminated name; the row pointers are never read
+        // (the counts are refused first); freed once at the end.
+        unsafe {
+            let f = jit_object_add_function(obj, c"small".as_ptr(), 0x1000, 16);
+            let lines = |n| jit_object_set_lines(obj, f, c"s.js".as_ptr(), bogus, n);
+            assert_eq!(lines(usize::MAX), -1);
+            let e = last_error();
+            assert!(
+                e.contains("function `small`") && e.contains("at most 16"),
+                "{e}"
+            );
+            assert_eq!(lines(17), -1);
+            let rows = std::ptr::NonNull::<jit_unwind_row>::dangling().as_ptr();
+            assert_eq!(jit_object_set_unwind(obj, f, rows, usize::MAX), -1);
+            assert!(last_error().contains("unwind rows"), "{}", last_error());
+            let regs = std::ptr::NonNull::<*mut jit_registration>::dangling().as_ptr();
+            jit_unregister_many(regs, usize::MAX);
+            assert!(
+                last_error().contains("larger than any array"),
                 "{}",
                 last_error()
             );
