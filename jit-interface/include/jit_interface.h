@@ -209,7 +209,9 @@ int jit_object_add_call_site(struct jit_object *obj, int32_t fn, uint32_t return
 struct jit_registration *jit_register(struct jit_object *obj, jit_format format);
 
 /**
- * Unregisters: the debugger forgets the functions, and the payload is freed. NULL is ignored.
+ * Unregisters: the debugger forgets the functions, and the payload is freed. NULL is ignored;
+ * a handle unregistered before (or not from `jit_register`) is left alone, and
+ * `jit_last_error` says so.
  *
  * # Safety
  * `reg` is NULL or came from `jit_register` and was not unregistered before.

@@ -27,6 +27,38 @@ pub struct jit_registration {
     _registration: Registration,
 }
 
+/// The registrations handed to C and not unregistered yet, by address: a handle
+/// unregistered twice (or never returned by `jit_register`) is refused with an error instead
+/// of being freed again, which corrupted the heap. A freed handle's address can come back for
+/// a later registration: a stale handle then names that one (a caller's bug this cannot tell
+/// apart), but nothing is ever freed twice.
+static LIVE_HANDLES: std::sync::Mutex<std::collections::BTreeSet<usize>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
+fn live_handles() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
+    // A panic while held cannot leave the set half-changed (one insert or remove).
+    LIVE_HANDLES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Takes back the registrations of the handles of `regs` that are live (their boxes freed);
+/// the others are counted, for the error.
+fn take_handles(regs: &[*mut jit_registration]) -> (Vec<Registration>, usize) {
+    let mut live = live_handles();
+    let mut taken = Vec::with_capacity(regs.len());
+    let mut unknown = 0;
+    for &r in regs {
+        if live.remove(&(r as usize)) {
+            // SAFETY: `r` came from `jit_register` (it is in the set, which holds only what
+            // `Box::into_raw` returned there) and leaves the set here, so it is taken over
+            // exactly once.
+            taken.push(unsafe { Box::from_raw(r) }._registration);
+        } else {
+            unknown += 1;
+        }
+    }
+    (taken, unknown)
+}
+
 /// Payload format: `JIT_FORMAT_COMPACT` (0) or `JIT_FORMAT_ELF` (1).
 pub type jit_format = u32;
 /// Base of the CFA in an unwind row: `JIT_CFA_SP` (0) or `JIT_CFA_FP` (1).
@@ -632,24 +664,32 @@ pub unsafe extern "C" fn jit_register(
             }
         };
         let inner = register(&obj.inner, format)?;
-        Ok(Box::into_raw(Box::new(jit_registration {
+        let handle = Box::into_raw(Box::new(jit_registration {
             _registration: inner,
-        })))
+        }));
+        live_handles().insert(handle as usize);
+        Ok(handle)
     })
 }
 
-/// Unregisters: the debugger forgets the functions, and the payload is freed. NULL is ignored.
+/// Unregisters: the debugger forgets the functions, and the payload is freed. NULL is ignored;
+/// a handle unregistered before (or not from `jit_register`) is left alone, and
+/// `jit_last_error` says so.
 ///
 /// # Safety
 /// `reg` is NULL or came from `jit_register` and was not unregistered before.
 #[no_mangle]
 pub unsafe extern "C" fn jit_unregister(reg: *mut jit_registration) {
     guard((), || {
-        if !reg.is_null() {
-            // SAFETY: per the contract, `reg` is an owned, live registration.
-            drop(unsafe { Box::from_raw(reg) });
+        if reg.is_null() {
+            return Ok(());
         }
-        Ok(())
+        let (taken, unknown) = take_handles(&[reg]);
+        drop(taken);
+        match unknown {
+            0 => Ok(()),
+            n => Err(Error::NotRegistered(n)),
+        }
     })
 }
 
@@ -678,11 +718,11 @@ pub unsafe extern "C" fn jit_unregister_many(regs: *const *mut jit_registration,
         let listed = owned.len();
         owned.dedup();
         let repeats = listed - owned.len();
-        crate::registry::unregister_many(owned.into_iter().map(|r| {
-            // SAFETY: per the contract, each non-NULL element is an owned, live registration;
-            // the repeats are gone, so each is taken over once.
-            unsafe { Box::from_raw(r) }._registration
-        }));
+        let (taken, unknown) = take_handles(&owned);
+        crate::registry::unregister_many(taken);
+        if unknown > 0 {
+            return Err(Error::NotRegistered(unknown));
+        }
         if repeats > 0 {
             return Err(Error::ListedTwice(repeats));
         }
@@ -827,6 +867,47 @@ mod tests {
                 last_error()
             );
             jit_object_free(obj);
+        }
+    }
+
+    #[test]
+    fn a_handle_unregistered_twice_is_refused_not_freed_again() {
+        let register_one = |start: u64| {
+            let obj = jit_object_new();
+            // SAFETY: a live object, consumed by jit_register; a NUL-terminated name.
+            unsafe {
+                assert_eq!(
+                    jit_object_add_function(obj, c"twice".as_ptr(), start, 16),
+                    0
+                );
+                let reg = jit_register(obj, 0);
+                assert!(!reg.is_null(), "{}", last_error());
+                reg
+            }
+        };
+        // Both registered before either is freed: a freed handle's address could otherwise
+        // come back for the second.
+        let reg = register_one(0x7e00_0000_1000);
+        let other = register_one(0x7e00_0000_2000);
+        // SAFETY: `reg` came from jit_register; the later calls pass it again on purpose
+        // (the misuse under test), and the array holds two handles.
+        unsafe {
+            jit_unregister(reg);
+            jit_unregister(reg);
+            assert!(
+                last_error().contains("1 handle(s) are not live registrations"),
+                "{}",
+                last_error()
+            );
+            jit_unregister_many([reg, other].as_ptr(), 2);
+            assert!(
+                last_error().contains("1 handle(s) are not live registrations"),
+                "{}",
+                last_error()
+            );
+            // `other` was unregistered by that call: a third unregister is refused too.
+            jit_unregister(other);
+            assert!(last_error().contains("not live"), "{}", last_error());
         }
     }
 

@@ -33,6 +33,10 @@ pub enum Error {
     /// The same registration was listed more than once (C API, `jit_unregister_many`): this
     /// many repeats, each skipped.
     ListedTwice(usize),
+    /// Handles that are not live registrations (C API, `jit_unregister` and
+    /// `jit_unregister_many`): unregistered before, or never returned by `jit_register`;
+    /// this many, each left alone.
+    NotRegistered(usize),
     /// A limit of the payload format was exceeded.
     TooLarge(String),
     /// A perf output (map or jitdump) could not be written.
@@ -66,6 +70,10 @@ impl fmt::Display for Error {
             }
             Error::EmptyObject => write!(f, "the object has no functions: add one before registering"),
             Error::NullPointer(what) => write!(f, "NULL pointer passed as `{what}`"),
+            Error::NotRegistered(n) => write!(
+                f,
+                "{n} handle(s) are not live registrations (unregistered before, or not from jit_register): left alone, nothing freed"
+            ),
             Error::ListedTwice(n) => write!(
                 f,
                 "{n} registration(s) listed more than once: each was unregistered once, and the repeats skipped"
