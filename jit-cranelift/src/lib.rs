@@ -18,37 +18,12 @@
 //!
 //! A function compiled with cranelift, described and registered (with cranelift-jit, the
 //! two steps go right after `define_function` and after `finalize_definitions`; the whole
-//! program is `examples/cranelift.rs`):
+//! program is `examples/cranelift.rs`; this code runs as the test `crate_doc_example` in
+//! `tests/doc_example.rs`):
 //!
-//! ```
-//! # use cranelift_codegen::control::ControlPlane;
-//! # use cranelift_codegen::ir::{types::I64, AbiParam, InstBuilder, Signature, SourceLoc};
-//! # use cranelift_codegen::isa::CallConv;
-//! # use cranelift_codegen::settings::{self, Configurable};
-//! # use cranelift_frontend::{FunctionBuilder, FunctionBuilderContext};
+//! ```rust
 //! use jit_cranelift::{CompiledFunction, Lines};
 //! use jit_interface::{Format, JitObject};
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let mut flags = settings::builder();
-//! # flags.set("preserve_frame_pointers", "true")?;
-//! # let isa = cranelift_native::builder()?.finish(settings::Flags::new(flags))?;
-//! # let mut ctx = cranelift_codegen::Context::new();
-//! # let mut sig = Signature::new(CallConv::SystemV);
-//! # sig.params.push(AbiParam::new(I64));
-//! # sig.returns.push(AbiParam::new(I64));
-//! # ctx.func.signature = sig;
-//! # let mut fbc = FunctionBuilderContext::new();
-//! # let mut b = FunctionBuilder::new(&mut ctx.func, &mut fbc);
-//! # let block = b.create_block();
-//! # b.append_block_params_for_function_params(block);
-//! # b.switch_to_block(block);
-//! # b.seal_block(block);
-//! # let a = b.block_params(block)[0];
-//! # b.set_srcloc(SourceLoc::new(1));
-//! # let r = b.ins().iadd_imm(a, 1);
-//! # b.ins().return_(&[r]);
-//! # b.finalize(isa.frontend_config());
-//! # ctx.compile(&*isa, &mut ControlPlane::default()).map_err(|e| format!("{e:?}"))?;
 //! // `ctx` holds a function cranelift just compiled (source location 1: line 1).
 //! let compiled = CompiledFunction::capture(&ctx, &*isa)?;
 //! // Its code, where it will run (cranelift-jit: `get_finalized_function`).
@@ -63,9 +38,6 @@
 //!     &mut |_callee| None,
 //! )?;
 //! let registration = jit_interface::register(&obj, Format::Elf)?;
-//! # drop(registration);
-//! # Ok(())
-//! # }
 //! ```
 //!
 //! ## The frame description
