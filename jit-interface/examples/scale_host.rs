@@ -32,6 +32,9 @@
 //! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
 //! function's lines at its own place in the source (default: every function has lines 10-17);
 //! `SCALE_HOST_FILES=N` puts function `j`'s in file `j % N` of N (default: all in one).
+//! `SCALE_HOST_GAP=B` leaves B free bytes after each function, `SCALE_HOST_GAP=random` 0-256
+//! (pseudo-random, the same every run), as real runtimes do (default: contiguous; `churn`
+//! keeps its fixed slots).
 //! With `SCALE_HOST_DEFERRED=M` the
 //! registry runs in deferred mode, announcing every M registrations (`reg` flushes the rest
 //! at the end, timed as `TOTAL flush`).
@@ -99,8 +102,51 @@ fn thread_faults() -> u64 {
     ru.ru_minflt as u64 + ru.ru_majflt as u64
 }
 
+/// `SCALE_HOST_GAP` (read once by `main`): the free bytes a runtime leaves after each
+/// function (alignment, stubs, constant pools): a number for the same gap after every
+/// function, or `random` for a pseudo-random gap of 0-256 bytes each. Default: none, the
+/// functions are contiguous.
+#[derive(Clone, Copy)]
+enum Gap {
+    Fixed(u64),
+    Random,
+}
+
+static GAP: std::sync::OnceLock<Gap> = std::sync::OnceLock::new();
+
+/// The largest gap `SCALE_HOST_GAP=random` leaves.
+const MAX_RANDOM_GAP: u64 = 256;
+
+/// The gap after function `j`.
+fn gap_after(j: u64) -> u64 {
+    match GAP.get() {
+        None => 0,
+        Some(Gap::Fixed(g)) => *g,
+        Some(Gap::Random) => (j.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) % (MAX_RANDOM_GAP + 1),
+    }
+}
+
+/// The start address of each of `n` functions laid out from `base` (computed before timing,
+/// as a runtime knows where it put its code).
+fn starts(base: u64, n: u64) -> Vec<u64> {
+    let mut at = base;
+    (0..n)
+        .map(|j| {
+            let start = at;
+            at += FN_SIZE + gap_after(j);
+            start
+        })
+        .collect()
+}
+
+/// Reserves room for `functions` functions with their gaps.
 fn code_area(functions: u64) -> u64 {
-    let len = (functions * FN_SIZE + 4096) as usize;
+    let widest_gap = match GAP.get() {
+        None => 0,
+        Some(Gap::Fixed(g)) => *g,
+        Some(Gap::Random) => MAX_RANDOM_GAP,
+    };
+    let len = (functions * (FN_SIZE + widest_gap) + 4096) as usize;
     // SAFETY: a fresh anonymous reservation; nothing is ever executed in it.
     let p = unsafe {
         libc::mmap(
@@ -137,15 +183,11 @@ const ROWS: [LineRow; 8] = {
 /// their real size in the payloads.
 static SPREAD_LINES: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn add(obj: &mut JitObject, name: &str, start: u64) {
+/// Adds function `j`, starting at `start`.
+fn add(obj: &mut JitObject, name: &str, j: u64, start: u64) {
     match FILES.get() {
-        Some(files) => add_in(
-            obj,
-            name,
-            start,
-            &files[(start / FN_SIZE) as usize % files.len()],
-        ),
-        None => add_in(obj, name, start, "scale.js"),
+        Some(files) => add_in(obj, name, j, start, &files[j as usize % files.len()]),
+        None => add_in(obj, name, j, start, "scale.js"),
     }
 }
 
@@ -156,10 +198,10 @@ static FILES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
 
 /// [`add`], the lines in `file`.
 #[inline(always)]
-fn add_in(obj: &mut JitObject, name: &str, start: u64, file: &str) {
+fn add_in(obj: &mut JitObject, name: &str, j: u64, start: u64, file: &str) {
     let f = obj.add_function(name, start, FN_SIZE).expect("function");
     if SPREAD_LINES.load(std::sync::atomic::Ordering::Relaxed) {
-        set_spread_lines(obj, f, start, file);
+        set_spread_lines(obj, f, j, file);
     } else {
         // Through `black_box`: a runtime's rows are not known to the compiler, whose checks
         // `set_lines` would otherwise fold away for this constant array.
@@ -181,8 +223,7 @@ fn churn_file(t: u64, s: u64) -> &'static str {
 
 /// Out of line: the default shape costs the benchmark nothing for it.
 #[inline(never)]
-fn set_spread_lines(obj: &mut JitObject, f: jit_interface::FunctionId, start: u64, file: &str) {
-    let j = start / FN_SIZE;
+fn set_spread_lines(obj: &mut JitObject, f: jit_interface::FunctionId, j: u64, file: &str) {
     let first = (j.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % 5000;
     let mut rows = ROWS;
     for r in &mut rows {
@@ -273,7 +314,7 @@ fn unregister_some(n: u64, m: u64, format: Format) {
 }
 
 fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
-    let base = code_area(n);
+    let at = starts(code_area(n), n);
     // The handles' storage is set up before timing, as the floor's host sets up its entry
     // array: keeping handles is the runtime's business, not a cost of registering.
     let mut slots: Vec<Option<Registration>> = (0..n.div_ceil(k)).map(|_| None).collect();
@@ -285,7 +326,7 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
     while i < n {
         let mut obj = JitObject::new();
         for j in i..(i + k).min(n) {
-            add(&mut obj, names.of(j), base + j * FN_SIZE);
+            add(&mut obj, names.of(j), j, at[j as usize]);
         }
         slots[(i / k) as usize] = Some(jit_interface::register(&obj, format).expect("register"));
         i += k;
@@ -321,7 +362,7 @@ fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
 /// them into batch payloads), ELF payloads are kept as encoded (`reg` links the encoder's
 /// buffer) for as long as `reg` keeps them.
 fn encode_all(n: u64, k: u64, format: Format) {
-    let base = code_area(n);
+    let at = starts(code_area(n), n);
     // Room reserved (not touched) up front, as the registry's batch payloads are: no
     // copying as it grows.
     let mut pool: Vec<u8> = Vec::with_capacity(n as usize * 256);
@@ -337,7 +378,7 @@ fn encode_all(n: u64, k: u64, format: Format) {
     while i < n {
         let mut obj = JitObject::new();
         for j in i..(i + k).min(n) {
-            add(&mut obj, names.of(j), base + j * FN_SIZE);
+            add(&mut obj, names.of(j), j, at[j as usize]);
         }
         match format {
             Format::Compact => {
@@ -383,14 +424,14 @@ fn encode_all(n: u64, k: u64, format: Format) {
 /// an optimised version, soon after it was compiled). Times the whole run.
 fn tier(n: u64, every: u64, format: Format) {
     let every = every.max(2);
-    let base = code_area(n);
+    let at = starts(code_area(n), n);
     let mut regs: Vec<Option<Registration>> = (0..n).map(|_| None).collect();
     let mut names = Names::new();
     let t0 = Instant::now();
     let mut dropped = 0u64;
     for i in 0..n {
         let mut obj = JitObject::new();
-        add(&mut obj, names.of(i), base + i * FN_SIZE);
+        add(&mut obj, names.of(i), i, at[i as usize]);
         regs[i as usize] = Some(jit_interface::register(&obj, format).expect("register"));
         if i % every == every - 1 {
             drop(regs[(i - every / 2) as usize].take());
@@ -501,7 +542,7 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
                             let name = format!("sc_{t}_{s}_{op}");
                             let mut obj = JitObject::new();
                             let start = base + (t * SLOTS + s) * FN_SIZE;
-                            add_in(&mut obj, &name, start, churn_file(t, s));
+                            add_in(&mut obj, &name, t * SLOTS + s, start, churn_file(t, s));
                             let r = jit_interface::register(&obj, format).expect("register");
                             slots[s as usize] = Some((name, r));
                         }
@@ -590,6 +631,18 @@ fn main() {
             max_pending: m,
             max_delay: None,
         }));
+    }
+    match std::env::var("SCALE_HOST_GAP").as_deref() {
+        Err(_) | Ok("") | Ok("0") => {}
+        Ok("random") => {
+            let _ = GAP.set(Gap::Random);
+        }
+        Ok(v) => {
+            let g = v
+                .parse()
+                .expect("SCALE_HOST_GAP must be a number of bytes or random");
+            let _ = GAP.set(Gap::Fixed(g));
+        }
     }
     let num = |i: usize| -> u64 { args[i].parse().expect("number") };
     match args.get(1).map(String::as_str) {
