@@ -37,6 +37,11 @@ pub enum Error {
     /// `jit_unregister_many`): unregistered before, or never returned by `jit_register`;
     /// this many, each left alone.
     NotRegistered(usize),
+    /// A registration puts code inside a gap between the functions of a live object that
+    /// was registered alone (64 functions or more), whose entry's sections span that gap;
+    /// the entry cannot be re-encoded (nothing of it is kept), so the new code would be
+    /// hidden from the debugger. `span` is the spanning section.
+    InsideGap { address: u64, span: (u64, u64) },
     /// A limit of the payload format was exceeded.
     TooLarge(String),
     /// A perf output (map or jitdump) could not be written.
@@ -70,6 +75,13 @@ impl fmt::Display for Error {
             }
             Error::EmptyObject => write!(f, "the object has no functions: add one before registering"),
             Error::NullPointer(what) => write!(f, "NULL pointer passed as `{what}`"),
+            Error::InsideGap { address, span } => write!(
+                f,
+                "code at {address:#x} lies in a gap between the functions of a live object registered earlier \
+                 (one of 64 functions or more, whose debugger entry spans {:#x}..{:#x}); \
+                 unregister that object first, or set JIT_GDB_SPLIT_GAPS=1 so that no entry spans gaps",
+                span.0, span.1
+            ),
             Error::NotRegistered(n) => write!(
                 f,
                 "{n} handle(s) are not live registrations (unregistered before, or not from jit_register): left alone, nothing freed"

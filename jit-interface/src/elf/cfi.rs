@@ -1173,7 +1173,9 @@ mod tests {
                         continue;
                     }
                     let mut lp = LayoutParts::default();
-                    let layout = Layout::new(&[&one], &mut lp).unwrap();
+                    let layout =
+                        Layout::new(&[&one], &mut lp, super::super::layout::Spans::Padding)
+                            .unwrap();
                     let got = super::debug_frame(Arch::X86_64, &layout, &mut fast);
                     let want = super::debug_frame_general(Arch::X86_64, &layout, &mut general);
                     assert_eq!(got, want, "seed {seed}");

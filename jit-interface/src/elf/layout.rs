@@ -15,6 +15,41 @@ use crate::model::{Function, JitObject};
 /// a section covering it would make the debugger attribute that code to this object.
 pub(super) const MAX_PADDING: u64 = 15;
 
+/// Largest gap between two functions that one `.text` section spans when the caller knows
+/// the gap holds no one else's code ([`Spans::Free`]). Larger gaps may be another mapping
+/// (another runtime's pages, which we cannot see): a page or more is never spanned.
+pub(crate) const MAX_BRIDGE: u64 = 4096;
+
+/// Which gaps between functions a payload's `.text` sections may span.
+///
+/// GDB keeps every section of every objfile in one sorted map, sorted again after each
+/// change of objfiles (every JIT stop that adds or drops an entry): with one section per
+/// function, gapped code (alignment, constant pools, stubs: every real runtime) made GDB
+/// 5-7x slower than the same code without gaps. But GDB ignores a section that lies inside
+/// another objfile's section ("unexpected overlap ... Will ignore section B"), so a section
+/// may only span a gap that holds no one else's code: only the caller knows that.
+#[derive(Clone, Copy)]
+pub(crate) enum Spans<'s> {
+    /// Alignment padding only (up to [`MAX_PADDING`]): nothing is known of larger gaps.
+    Padding,
+    /// Also a gap under [`MAX_BRIDGE`] bytes `[end, start)` between two functions when
+    /// `free(end, start)` says it holds no one else's code.
+    Free(&'s dyn Fn(u64, u64) -> bool),
+}
+
+impl Spans<'_> {
+    /// May one section go on from a function ending at `end` to one starting at `start`?
+    #[inline]
+    fn joins(&self, end: u64, start: u64) -> bool {
+        let gap = start - end;
+        gap <= MAX_PADDING
+            || match self {
+                Spans::Padding => false,
+                Spans::Free(free) => gap < MAX_BRIDGE && free(end, start),
+            }
+    }
+}
+
 /// Name of the compile unit that holds functions without a source file.
 pub(super) const NO_FILE_UNIT: &str = "<jit>";
 
@@ -110,7 +145,11 @@ impl<'a> Layout<'a> {
     /// Plans the functions of `objects` as one payload, in the storage of `parts`. Refuses
     /// what [`JitObject::validate`] refuses on the objects merged into one, with the same
     /// error: no function, more names or rows than one object holds, overlapping functions.
-    pub fn new(objects: &[&'a JitObject], parts: &mut Parts) -> Result<Layout<'a>> {
+    pub fn new(
+        objects: &[&'a JitObject],
+        parts: &mut Parts,
+        spans: Spans<'_>,
+    ) -> Result<Layout<'a>> {
         // Vector by vector: moving the whole storage costs a copy of it.
         let functions = std::mem::take(&mut parts.functions);
         let mut runs = std::mem::take(&mut parts.runs);
@@ -235,7 +274,7 @@ impl<'a> Layout<'a> {
                         second: f.name().to_string(),
                     });
                 }
-                (_, Some(last)) if f.start() - last.end <= MAX_PADDING => last.end = f.end(),
+                (_, Some(last)) if spans.joins(last.end, f.start()) => last.end = f.end(),
                 _ => runs.push(Run {
                     start: f.start(),
                     end: f.end(),
@@ -297,6 +336,26 @@ impl<'a> Layout<'a> {
             has_extras: has_extras | has_calls,
             spare: (recycle(files), file_ids, unit_of),
         })
+    }
+
+    /// Appends to `out` the runs (`.text` sections) that span a gap of more than
+    /// [`MAX_PADDING`] bytes: what the registry must keep other code out of.
+    pub fn spanning_runs(&self, out: &mut Vec<(u64, u64)>) {
+        let mut fs = self.functions.iter().map(|p| p.f);
+        for run in &self.runs {
+            let mut end = run.start;
+            let mut spans = false;
+            for f in fs.by_ref() {
+                spans |= f.start().saturating_sub(end) > MAX_PADDING;
+                end = end.max(f.end());
+                if end >= run.end {
+                    break;
+                }
+            }
+            if spans {
+                out.push((run.start, run.end));
+            }
+        }
     }
 
     /// The functions of `unit`, as indices into [`Layout::functions`] in address order.
@@ -402,7 +461,7 @@ mod tests {
     use crate::model::{JitObject, LineRow};
 
     fn plan<'a>(objects: &[&'a JitObject]) -> Layout<'a> {
-        Layout::new(objects, &mut Parts::default()).unwrap()
+        Layout::new(objects, &mut Parts::default(), Spans::Padding).unwrap()
     }
 
     /// The index of each function's run.
@@ -540,7 +599,7 @@ mod tests {
 
         let mut z = JitObject::new();
         z.add_function("z", 0x1018, 0x10).unwrap();
-        let e = Layout::new(&[&x, &y, &z], &mut Parts::default()).err();
+        let e = Layout::new(&[&x, &y, &z], &mut Parts::default(), Spans::Padding).err();
         assert_eq!(
             e,
             Some(Error::Overlap {
@@ -550,7 +609,7 @@ mod tests {
         );
         let empty = JitObject::new();
         assert_eq!(
-            Layout::new(&[&empty, &empty], &mut Parts::default()).err(),
+            Layout::new(&[&empty, &empty], &mut Parts::default(), Spans::Padding).err(),
             Some(Error::EmptyObject)
         );
     }

@@ -30,6 +30,7 @@ use crate::model::{Arch, JitObject};
 pub(crate) use growing::{
     Growing, Index as GrowingIndex, Plain as GrowingPlain, PAYLOAD as GROWING_PAYLOAD,
 };
+pub(crate) use layout::Spans;
 
 /// Objects of up to this many functions get a `.gdb_index` (see `gdb_index.rs`).
 const INDEXED_FUNCTIONS: usize = 8;
@@ -56,8 +57,20 @@ pub(crate) fn encode_objects_into(
     objects: &[&JitObject],
     buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
+    encode_objects_spanning(arch, objects, buf, Spans::Padding, &mut Vec::new())
+}
+
+/// [`encode_objects_into`], its `.text` sections spanning the gaps `spans` allows; the
+/// sections that span a gap are appended to `spanning`.
+pub(crate) fn encode_objects_spanning(
+    arch: Arch,
+    objects: &[&JitObject],
+    buf: Vec<u8>,
+    spans: Spans<'_>,
+    spanning: &mut Vec<(u64, u64)>,
+) -> Result<Vec<u8>> {
     let mut scratch = scratch::Scratch::take();
-    let out = encode_with(arch, objects, &mut scratch, buf);
+    let out = encode_with(arch, objects, &mut scratch, buf, spans, spanning);
     scratch.keep();
     out
 }
@@ -77,8 +90,11 @@ fn encode_with(
     objects: &[&JitObject],
     scratch: &mut scratch::Scratch,
     buf: Vec<u8>,
+    spans: Spans<'_>,
+    spanning: &mut Vec<(u64, u64)>,
 ) -> Result<Vec<u8>> {
-    let layout = layout::Layout::new(objects, &mut scratch.layout)?;
+    let layout = layout::Layout::new(objects, &mut scratch.layout, spans)?;
+    layout.spanning_runs(spanning);
     let sources = layout::sources_of(objects);
     let out = encode_layout(arch, &layout, &sources, scratch, buf);
     layout.into_parts(&mut scratch.layout);

@@ -9,7 +9,8 @@ use std::time::Instant;
 use super::batch::{decode_record, Batch, EntryCell, Kind, Place, Slot};
 use super::growing::lossless;
 use super::route::Context;
-use super::state::{offset32, State};
+use super::state::{offset32, Batches, State};
+use super::territory::split_gaps;
 use super::Format;
 use crate::descriptor::DebuggerList;
 use crate::error::Result;
@@ -22,6 +23,9 @@ use crate::model::{Arch, JitObject};
 /// 1.06 ms each with a fan-in of 16, 0.74 ms with 32. A larger fan-in makes each
 /// unregistration from a sealed batch make GDB re-read more objects.
 pub(super) const FAN_IN: usize = 32;
+
+/// A built payload: its bytes, its members' slots, and its sections that span gaps.
+pub(super) type Built = (Vec<u8>, Vec<Slot>, Vec<(u64, u64)>);
 
 /// Levels of the merge tree below the sealed batches at its top.
 const LEVELS: usize = 2;
@@ -49,10 +53,11 @@ impl<L: DebuggerList> State<L> {
         }
     }
 
-    /// The payload of an entry holding the current members of `batches`, and their slots in
-    /// it. Compact records are copied as bytes (tombstones left out); ELF objects are encoded
-    /// afresh from their models.
-    pub(super) fn build(&self, format: Format, batches: &[u64]) -> Result<(Vec<u8>, Vec<Slot>)> {
+    /// The payload of an entry holding the current members of `batches`, their slots in it,
+    /// and its sections that span gaps. Compact records are copied as bytes (tombstones left
+    /// out); ELF objects are encoded afresh from their models, their sections spanning the
+    /// gaps no other live object's code touches (see `territory`).
+    pub(super) fn build(&self, format: Format, batches: &[u64]) -> Result<Built> {
         let parts: Vec<&Batch> = batches
             .iter()
             .filter_map(|b| self.batches.get(*b))
@@ -84,7 +89,7 @@ impl<L: DebuggerList> State<L> {
                         });
                     }
                 }
-                Ok((buf, slots))
+                Ok((buf, slots, Vec::new()))
             }
             Format::Elf => {
                 let slots: Vec<Slot> = parts
@@ -105,8 +110,25 @@ impl<L: DebuggerList> State<L> {
                     });
                 };
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
-                let buf = crate::elf::encode_objects(arch, &models)?;
-                Ok((buf, slots))
+                let mut spanning = Vec::new();
+                let buf = if split_gaps() {
+                    crate::elf::encode_objects(arch, &models)?
+                } else {
+                    let own: Vec<u32> = batches.iter().map(|&b| Batches::index(b)).collect();
+                    let free = |lo: u64, hi: u64| {
+                        self.territory.free(lo, hi, |m| {
+                            self.member_ref(m).is_some_and(|m| own.contains(&m.batch))
+                        })
+                    };
+                    crate::elf::encode_objects_spanning(
+                        arch,
+                        &models,
+                        Vec::new(),
+                        crate::elf::Spans::Free(&free),
+                        &mut spanning,
+                    )?
+                };
+                Ok((buf, slots, spanning))
             }
         }
     }
@@ -121,11 +143,7 @@ impl<L: DebuggerList> State<L> {
     /// own DWARF reader and frees all of it when the entry goes, so a compact registration is
     /// read once through the reader (its own entry: the fast stop) and then as part of ELF
     /// batches. The models are decoded from the records, so registering keeps no copy.
-    pub(super) fn build_as_elf(
-        &mut self,
-        ctx: &Context,
-        batches: &[u64],
-    ) -> Option<(Vec<u8>, Vec<Slot>)> {
+    pub(super) fn build_as_elf(&mut self, ctx: &Context, batches: &[u64]) -> Option<Built> {
         if !ctx.attached {
             return None;
         }
@@ -258,7 +276,7 @@ impl<L: DebuggerList> State<L> {
             },
             Format::Elf => (format, self.build(format, &ids)),
         };
-        let Ok((buf, slots)) = built else {
+        let Ok((buf, slots, spanning)) = built else {
             // Only ELF can refuse a merge (functions of different objects overlapping in one
             // ELF object): keep those entries as they are, and stop trying.
             for b in &ids {
@@ -275,6 +293,7 @@ impl<L: DebuggerList> State<L> {
             Kind::Sealed
         };
         let new_id = self.link_new(cell, format, kind, buf, slots);
+        self.territory.set_spans(new_id, &spanning);
         for b in ids {
             self.unlink_batch(b);
         }

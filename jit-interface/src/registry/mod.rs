@@ -69,6 +69,7 @@ mod quiet;
 mod remove;
 mod route;
 mod state;
+mod territory;
 #[cfg(test)]
 mod tests;
 
@@ -213,6 +214,8 @@ struct Encoded {
     own_len: u32,
     /// Its own payload's size (`Registration::payload_len`).
     payload_len: usize,
+    /// The sections of its own ELF payload that span gaps between its functions.
+    spanning: Vec<(u64, u64)>,
 }
 
 /// Encodes a registration's own bytes before it takes the lock: its compact record (into
@@ -226,6 +229,7 @@ fn encode(
 ) -> Result<Encoded> {
     // The slot is assigned under the lock; its address and key are patched in.
     let placeholder = LiveCheck { address: 0, key: 1 };
+    let mut spanning = Vec::new();
     let (elf, model) = match (route.encoding, route.path) {
         (Format::Compact, _) => {
             scratch.clear();
@@ -256,8 +260,20 @@ fn encode(
             }
             // Big objects keep an entry of their own, never merged or rewritten: no model.
             let model = (!route.entry.alone).then(|| Arc::new(object.clone()));
-            let payload =
-                crate::elf::encode_objects_into(object.arch(), &[object], spare_payload())?;
+            // The gaps between one object's functions are taken to be its own (checked under
+            // the lock against the other live objects: `State::place`).
+            let spans = if territory::split_gaps() {
+                crate::elf::Spans::Padding
+            } else {
+                crate::elf::Spans::Free(&|_, _| true)
+            };
+            let payload = crate::elf::encode_objects_spanning(
+                object.arch(),
+                &[object],
+                spare_payload(),
+                spans,
+                &mut spanning,
+            )?;
             (Some(payload), model)
         }
     };
@@ -271,7 +287,19 @@ fn encode(
         },
         elf,
         model,
+        spanning,
     })
+}
+
+/// The extent of `object`'s code: its first function's start to its last function's end.
+#[inline]
+fn extent(object: &JitObject) -> (u64, u64) {
+    object
+        .functions()
+        .iter()
+        .fold((u64::MAX, 0), |(lo, hi), f| {
+            (lo.min(f.start()), hi.max(f.end()))
+        })
 }
 
 impl<L: DebuggerList> State<L> {
@@ -288,6 +316,23 @@ impl<L: DebuggerList> State<L> {
         record: &mut [u8],
         mut own: Encoded,
     ) -> Result<(u32, usize)> {
+        // Entries whose sections span a gap this code lies in: re-encoded below, once it is
+        // registered; one that cannot be re-encoded refuses the registration.
+        let (lo, hi) = extent(object);
+        let mut spanned = Vec::new();
+        self.territory.spanned(lo, hi, &mut spanned);
+        if let Some(&(_, span)) = spanned.iter().find(|(b, _)| !self.can_reencode(*b)) {
+            return Err(crate::Error::InsideGap { address: lo, span });
+        }
+        if !own.spanning.is_empty()
+            && own
+                .spanning
+                .iter()
+                .any(|&(s, e)| !self.territory.free(s, e, |_| false))
+        {
+            // Other live code lies between this object's functions: its sections stop there.
+            self.reencode_own(object, &mut own)?;
+        }
         let id = self.new_member(own.model.take())?;
         if route.encoding == Format::Compact {
             let key = self.fresh_live_key();
@@ -337,6 +382,15 @@ impl<L: DebuggerList> State<L> {
             None => self.link_own(route, id, arch, functions, record, own.elf, own.own_len),
         };
         self.join(id, batch_id);
+        self.territory.add(id, lo, hi);
+        if placed.is_none() && !own.spanning.is_empty() {
+            self.territory.set_spans(batch_id, &own.spanning);
+        }
+        for (b, _) in spanned {
+            if b != batch_id {
+                self.rewrite(ctx, b);
+            }
+        }
         if placed.is_none() && !route.entry.alone {
             if route.entry.merge_waiting_compact {
                 self.merge_waiting(ctx, Format::Compact, 0);
@@ -347,6 +401,35 @@ impl<L: DebuggerList> State<L> {
             self.flush_if_due(ctx);
         }
         Ok((id, own.payload_len))
+    }
+}
+
+impl<L: DebuggerList> State<L> {
+    /// Can batch `batch_id` be re-encoded (every member has a model, or the batch keeps
+    /// their records)? Objects alone in their entry for good keep neither.
+    fn can_reencode(&self, batch_id: u64) -> bool {
+        self.batches.get(batch_id).is_some_and(|b| {
+            !b.records.is_empty() || b.members.iter().all(|s| self.model_of(s.id).is_some())
+        })
+    }
+
+    /// Encodes `own`'s ELF payload again, its sections spanning only the gaps no other live
+    /// object's code touches.
+    #[cold]
+    fn reencode_own(&self, object: &JitObject, own: &mut Encoded) -> Result<()> {
+        let free = |lo: u64, hi: u64| self.territory.free(lo, hi, |_| false);
+        own.spanning.clear();
+        let payload = crate::elf::encode_objects_spanning(
+            object.arch(),
+            &[object],
+            spare_payload(),
+            crate::elf::Spans::Free(&free),
+            &mut own.spanning,
+        )?;
+        own.own_len = offset32(payload.len(), Format::Elf)?;
+        own.payload_len = payload.len();
+        own.elf = Some(payload);
+        Ok(())
     }
 }
 

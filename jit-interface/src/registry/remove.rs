@@ -151,7 +151,7 @@ impl<L: DebuggerList> State<L> {
             Some(built) => (Format::Elf, Ok(built)),
             None => (format, self.build(format, &[batch_id])),
         };
-        let (mut buf, slots) = match built {
+        let (mut buf, slots, spanning) = match built {
             Ok(built) => built,
             Err(e) => {
                 stale_batch(&e.to_string());
@@ -164,6 +164,7 @@ impl<L: DebuggerList> State<L> {
         }
         // Every member has its model now (decoded above, or by `build_as_elf`).
         self.swap_payload(batch_id, cell, buf, slots);
+        self.territory.set_spans(batch_id, &spanning);
         let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
         };

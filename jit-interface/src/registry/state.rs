@@ -13,6 +13,7 @@ use super::growing::SPARE_GROWING;
 use super::merge::FAN_IN;
 use super::pool::Pool;
 use super::route::{self, Context};
+use super::territory::Territory;
 use super::{Deferral, Format, MergeStats};
 use crate::descriptor::{DebuggerList, ProcessList};
 use crate::error::Result;
@@ -226,6 +227,8 @@ pub(super) struct State<L = ProcessList> {
     pub(super) merge_stats: MergeStats,
     /// A merge is running (`merge` nests: see there).
     pub(super) merging: bool,
+    /// Where live objects' code lies, and which entries' sections span gaps.
+    pub(super) territory: Territory,
 }
 
 // SAFETY: the entries' raw pointers are only read or written under the descriptor's lock or by
@@ -308,6 +311,7 @@ impl<L: DebuggerList> State<L> {
     /// Frees member index `id` again (its registration failed before it joined a batch).
     pub(super) fn release(&mut self, id: u32) {
         self.set_model(id, None);
+        self.territory.remove(id);
         if let Some(m) = self.members.get_mut(id as usize) {
             m.batch = MEMBER_FREE;
             self.free.push(id);
@@ -368,6 +372,7 @@ impl<L: DebuggerList> State<L> {
         let index = std::mem::replace(&mut member.batch, MEMBER_FREE);
         let batch = self.batches.id_at(index);
         self.set_model(id, None);
+        self.territory.remove(id);
         Some(batch)
     }
 
@@ -409,6 +414,7 @@ impl<L: DebuggerList> State<L> {
         let Some(batch) = self.batches.remove(batch_id) else {
             return;
         };
+        self.territory.set_spans(batch_id, &[]);
         if matches!(batch.kind, Kind::Peeled) {
             self.peeled -= 1;
         }
@@ -443,6 +449,8 @@ impl<L: DebuggerList> State<L> {
         buf: Vec<u8>,
         members: Vec<Slot>,
     ) {
+        // The new payload's spanning sections, if any, are set by the caller after this.
+        self.territory.set_spans(batch_id, &[]);
         let Some(batch) = self.batches.get_mut(batch_id) else {
             return;
         };

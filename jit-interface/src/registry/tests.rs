@@ -823,3 +823,169 @@ fn register_rules_survive_appends_and_removals() {
         assert_eq!(listed(&st), want, "{format:?}");
     }
 }
+
+/// An ELF payload's `.text` sections and its function symbols with their addresses.
+type TextOf = (Vec<(u64, u64)>, Vec<(String, u64)>);
+
+/// Each linked ELF payload's `.text` sections and function symbols.
+fn sections_and_functions(st: &Fake) -> Vec<TextOf> {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    st.list
+        .payloads()
+        .into_iter()
+        .filter(|p| p.starts_with(b"\x7fELF"))
+        .map(|p| {
+            let file = object::File::parse(p).expect("an ELF payload");
+            let sections = file
+                .sections()
+                .filter(|s| s.name() == Ok(".text"))
+                .map(|s| (s.address(), s.address() + s.size()))
+                .collect();
+            // A relocatable object: a symbol's value is an offset in its section.
+            let functions = file
+                .symbols()
+                .filter(|s| s.kind() == object::SymbolKind::Text)
+                .map(|s| {
+                    let section = s.section_index().expect("a defined symbol");
+                    let base = file.section_by_index(section).unwrap().address();
+                    (s.name().unwrap().to_string(), base + s.address())
+                })
+                .collect();
+            (sections, functions)
+        })
+        .collect()
+}
+
+/// GDB ignores a section inside another objfile's section: no ELF entry's `.text` section
+/// may cover a function of another entry (the same function in two entries, as during a
+/// merge, is not another's). Returns the number of `.text` sections.
+fn assert_sections_cover_only_their_own(st: &Fake) -> usize {
+    let all = sections_and_functions(st);
+    for (i, (sections, _)) in all.iter().enumerate() {
+        for (j, (_, functions)) in all.iter().enumerate() {
+            if i == j {
+                continue;
+            }
+            let own: std::collections::HashSet<&str> =
+                all[i].1.iter().map(|f| f.0.as_str()).collect();
+            for (name, at) in functions {
+                if own.contains(name.as_str()) {
+                    continue;
+                }
+                assert!(
+                    !sections.iter().any(|&(s, e)| s <= *at && *at < e),
+                    "{name} at {at:#x} lies inside a .text section of another entry: {sections:x?}"
+                );
+            }
+        }
+    }
+    all.iter().map(|p| p.0.len()).sum()
+}
+
+/// Gapped code registered one by one under a debugger (64 free bytes after each
+/// function): the batches' sections span the gaps, so GDB holds a few sections, not one per
+/// function; no section ever covers another entry's function.
+#[test]
+fn gapped_registrations_under_a_debugger_share_sections() {
+    for format in [Format::Elf, Format::Compact] {
+        let mut st = Fake::default();
+        st.list.attached = true;
+        let base = 0x6a00_0000_0000u64;
+        for i in 0..1500u64 {
+            reg(
+                &mut st,
+                &one(&format!("gap_{i:04}"), base + i * 128, Some("g.js")),
+                format,
+            );
+        }
+        assert_eq!(listed(&st), names("gap", 0..1500));
+        let sections = assert_sections_cover_only_their_own(&st);
+        assert!(
+            sections < 80,
+            "{format:?}: {sections} .text sections for 1500 gapped functions"
+        );
+    }
+}
+
+/// Code registered later inside a gap that an entry's section spans: that entry is
+/// re-encoded around it, at once. Also after unregistrations (code reused in a hole).
+#[test]
+fn code_put_in_a_spanned_gap_splits_the_section() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    let base = 0x6b00_0000_0000u64;
+    let mut ids = Vec::new();
+    for i in 0..1100u64 {
+        ids.push(reg(
+            &mut st,
+            &one(&format!("old_{i:04}"), base + i * 256, None),
+            Format::Elf,
+        ));
+    }
+    assert_sections_cover_only_their_own(&st);
+    // New code in the gaps, here and there, ELF and compact.
+    for k in 0..40u64 {
+        let at = base + (k * 27 % 1100) * 256 + 96;
+        let format = if k % 2 == 0 {
+            Format::Elf
+        } else {
+            Format::Compact
+        };
+        reg(
+            &mut st,
+            &one(&format!("new_{k:04}"), at, Some("n.js")),
+            format,
+        );
+        assert_sections_cover_only_their_own(&st);
+    }
+    // Holes: unregistered code, then new code where it was.
+    for k in (0..1100).step_by(97) {
+        st.remove(ids[k]);
+        let at = base + k as u64 * 256;
+        reg(
+            &mut st,
+            &one(&format!("again_{k:04}"), at, None),
+            Format::Elf,
+        );
+        assert_sections_cover_only_their_own(&st);
+    }
+}
+
+/// An object registered alone (64 functions or more) spans its own gaps, but not code
+/// registered before inside them; code registered into its spanned gaps later is refused
+/// with an error naming the address (nothing of it is kept to re-encode it from).
+#[test]
+fn an_object_alone_spans_only_free_gaps() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    let base = 0x6c00_0000_0000u64;
+    // Code already there, in what will be a gap of the big object.
+    reg(
+        &mut st,
+        &one("early", base + 100 * 128 + 64, None),
+        Format::Elf,
+    );
+    let mut big = JitObject::new();
+    for i in 0..200u64 {
+        big.add_function(&format!("big_{i:04}"), base + i * 128, 64)
+            .unwrap();
+    }
+    reg(&mut st, &big, Format::Elf);
+    let sections = assert_sections_cover_only_their_own(&st);
+    assert!(sections <= 4, "{sections} sections");
+    let late = one("late", base + 10 * 128 + 64, None);
+    let ctx = st.registration_context();
+    let e = register_in(ctx, || &mut st, &late, Format::Elf).unwrap_err();
+    assert!(
+        matches!(e, crate::Error::InsideGap { address, .. } if address == base + 10 * 128 + 64),
+        "{e}"
+    );
+    assert!(e.to_string().contains("JIT_GDB_SPLIT_GAPS"), "{e}");
+    // Past its end is not inside.
+    reg(
+        &mut st,
+        &one("after", base + 200 * 128 + 64, None),
+        Format::Elf,
+    );
+    assert_sections_cover_only_their_own(&st);
+}

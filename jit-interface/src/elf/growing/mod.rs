@@ -47,7 +47,7 @@ use object::elf;
 
 use super::cfi;
 use super::dwarf;
-use super::layout::{Layout, MAX_PADDING};
+use super::layout::{Layout, Spans, MAX_PADDING};
 use super::scratch::Scratch;
 use super::writer::{self, Header, FILE_HEADER, SECTION_HEADER, SYMBOL};
 use crate::error::{Error, Result};
@@ -467,7 +467,7 @@ impl Growing {
             return Ok(None);
         }
         let mut scratch = Scratch::take();
-        let out = match Layout::new(&[object], &mut scratch.layout) {
+        let out = match Layout::new(&[object], &mut scratch.layout, Spans::Padding) {
             Ok(layout) => {
                 let out = self.append_layout(buf, &layout, &mut scratch, None);
                 layout.into_parts(&mut scratch.layout);
