@@ -434,28 +434,31 @@ fn load_bias(core: &Core<'_>, prog: &Program, exe: &Path) -> Result<(u64, String
 // ---------------------------------------------------------------------------------------
 // The entry list
 
-struct Report {
-    descriptor: u64,
-    bias: u64,
-    bias_how: String,
-    list: ListReport,
+/// What `inspect` read from a core: the descriptor, the entry list and every problem met.
+pub(crate) struct Report {
+    /// Run-time address of `__jit_debug_descriptor`.
+    pub(crate) descriptor: u64,
+    /// Load bias of the file that defines the descriptor, and how it was found.
+    pub(crate) bias: u64,
+    pub(crate) bias_how: String,
+    pub(crate) list: ListReport,
     /// Problems outside any one payload (core headers, the list itself).
-    problems: Vec<String>,
+    pub(crate) problems: Vec<String>,
 }
 
 impl Report {
-    fn entries(&self) -> &[ListEntry] {
+    pub(crate) fn entries(&self) -> &[ListEntry] {
         &self.list.entries
     }
 
     /// The symbolizer of every function, with the newest registration owning shared
     /// addresses.
-    fn symbolizer(&self) -> Symbolizer {
+    pub(crate) fn symbolizer(&self) -> Symbolizer {
         Symbolizer::new(self.list.functions_oldest_first().cloned().collect())
     }
 
     /// Every problem, the payloads' included, as lines.
-    fn all_problems(&self) -> Vec<String> {
+    pub(crate) fn all_problems(&self) -> Vec<String> {
         let mut out = self.problems.clone();
         for (i, e) in self.entries().iter().enumerate() {
             match &e.result {
@@ -479,6 +482,13 @@ fn list_problem(p: &ListProblem) -> String {
         ),
         p => p.to_string(),
     }
+}
+
+/// Reads the JIT list of `core`, dumped by `exe`, without GDB: the launcher's pre-check and
+/// every `inspect` action. `Err` only when nothing could be read (unreadable files, no
+/// descriptor); damage found on the way is in [`Report::all_problems`].
+pub(crate) fn check(core: &Path, exe: &Path) -> Result<Report, String> {
+    inspect(core, exe)
 }
 
 fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
@@ -800,7 +810,7 @@ fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
 
 /// Runs `inspect`; returns the exit status.
 pub fn run(o: &Options) -> Result<i32, String> {
-    let report = inspect(&o.core, &o.exe)?;
+    let report = check(&o.core, &o.exe)?;
     let mut problems = report.all_problems();
     let stdout = std::io::stdout();
     let io = |e: std::io::Error| format!("writing the report: {e}");
