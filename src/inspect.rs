@@ -109,6 +109,129 @@ pub fn parse(args: Vec<OsString>) -> Result<Options, UsageError> {
 }
 
 // ---------------------------------------------------------------------------------------
+// Reading files: mapped, never read whole
+
+/// Most bytes read from a file that cannot be mapped (a FIFO or socket, e.g. a core piped
+/// through `<(zcat core.gz)`): such a file is held in memory whole, so it is bounded.
+const MAX_STREAMED: u64 = 256 << 20;
+
+/// A file's bytes. A regular file is mapped read-only and private: only the pages the
+/// inspector touches (headers, notes, the JIT list and payloads, symbol tables) are read,
+/// so memory does not grow with the file (a 16 GiB sparse core costs what its JIT data
+/// costs). A FIFO or socket is read into memory, at most [`MAX_STREAMED`] bytes; devices
+/// and directories are refused (`/dev/zero` would never end).
+///
+/// `libc::mmap` directly rather than a mapping crate: `libc` is already a dependency and
+/// the mapping is these few lines.
+struct FileBytes {
+    /// The mapping (`len` > 0) or null when `read` holds the bytes.
+    ptr: *mut libc::c_void,
+    len: usize,
+    read: Vec<u8>,
+}
+
+impl FileBytes {
+    /// Opens `path`; errors say `what` it is ("core file", "program", ...) and why not.
+    fn open(what: &str, path: &Path) -> Result<FileBytes, String> {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::io::AsRawFd;
+        let cannot = |why: String| format!("cannot read the {what} {}: {why}", path.display());
+        let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| cannot(e.to_string()))?;
+        let t = meta.file_type();
+        let streamed = t.is_fifo() || t.is_socket();
+        if !t.is_file() && !streamed {
+            let kind = if t.is_dir() {
+                "a directory"
+            } else if t.is_char_device() {
+                "a character device"
+            } else if t.is_block_device() {
+                "a block device"
+            } else {
+                "not a regular file"
+            };
+            return Err(cannot(format!(
+                "it is {kind}; the {what} must be a regular file or a pipe"
+            )));
+        }
+        if streamed {
+            let mut read = Vec::new();
+            (&file)
+                .take(MAX_STREAMED + 1)
+                .read_to_end(&mut read)
+                .map_err(|e| cannot(e.to_string()))?;
+            if read.len() as u64 > MAX_STREAMED {
+                return Err(cannot(format!(
+                    "it is a pipe or socket with more than {} MiB, the most read from one \
+                     (it is held in memory whole): save it to a regular file, which is mapped",
+                    MAX_STREAMED >> 20
+                )));
+            }
+            return Ok(FileBytes {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+                read,
+            });
+        }
+        let len = usize::try_from(meta.len())
+            .map_err(|_| cannot(format!("{} bytes do not fit in memory", meta.len())))?;
+        if len == 0 {
+            // mmap refuses empty mappings; an empty file is simply no bytes.
+            return Ok(FileBytes {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+                read: Vec::new(),
+            });
+        }
+        // SAFETY: a new read-only private mapping of an open regular file, at an address the
+        // kernel chooses; it is checked for MAP_FAILED below and unmapped once, in Drop. The
+        // file must not shrink while mapped (pages past its new end would fault): core files
+        // and programs are not rewritten while they are inspected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(cannot(format!(
+                "cannot map it: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(FileBytes {
+            ptr,
+            len,
+            read: Vec::new(),
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            return &self.read;
+        }
+        // SAFETY: `ptr` is our live read-only mapping of `len` bytes (see `open`), unmapped
+        // only when `self` is dropped, which the borrow outlives not.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for FileBytes {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: exactly the mapping made in `open`, unmapped once; no borrow of it
+            // outlives `self`.
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // The core file
 
 /// A PT_LOAD segment: `memsz` bytes of memory at `vaddr`, the first `filesz` of them in the
@@ -492,13 +615,11 @@ pub(crate) fn check(core: &Path, exe: &Path) -> Result<Report, String> {
 }
 
 fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
-    let read = |what: &str, p: &Path| {
-        std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
-    };
-    let core_data = read("core file", core_path)?;
-    let exe_data = read("program", exe)?;
-    let core = Core::parse(&core_data).map_err(|e| format!("{}: {e}", core_path.display()))?;
-    let prog = program(&exe_data).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let core_data = FileBytes::open("core file", core_path)?;
+    let exe_data = FileBytes::open("program", exe)?;
+    let core =
+        Core::parse(core_data.bytes()).map_err(|e| format!("{}: {e}", core_path.display()))?;
+    let prog = program(exe_data.bytes()).map_err(|e| format!("{}: {e}", exe.display()))?;
     let (bias, bias_how) = load_bias(&core, &prog, exe)?;
     let descriptor = prog.descriptor.wrapping_add(bias);
     let list = walk_list(&core, descriptor, &Limits::default())?;

@@ -1,0 +1,340 @@
+//! The files `jit-gdb inspect` reads: it maps the core and reads only what it needs (a real
+//! gcore grown to 16 GiB of sparse memory lists the same functions in bounded memory),
+//! refuses devices, bounds pipes, and names a truncated core; and it finds the descriptor in
+//! the program's shared libraries when the program does not define it.
+
+mod common;
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn jit_gdb() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_jit-gdb"))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "--- stdout\n{}--- stderr\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// What a run of `jit-gdb` cost: its peak resident memory (the kernel's `ru_maxrss` for this
+/// one child, from `wait4`) and its wall time.
+struct Cost {
+    max_rss_kib: u64,
+    wall: Duration,
+}
+
+/// Runs `jit-gdb ARGS` and measures it.
+// Reaped by `wait4` (for its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
+fn run_measured(args: &[&std::ffi::OsStr]) -> (Output, Cost) {
+    let start = Instant::now();
+    let mut child = Command::new(jit_gdb())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run jit-gdb");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).unwrap();
+        v
+    });
+    let mut stdout = Vec::new();
+    out.read_to_end(&mut stdout).unwrap();
+    let stderr = t.join().unwrap();
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid out-parameter for wait4.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child, which `Child` has not reaped (it is never waited).
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(
+        pid,
+        child.id() as i32,
+        "wait4: {}",
+        std::io::Error::last_os_error()
+    );
+    let wall = start.elapsed();
+    assert!(
+        libc::WIFEXITED(status),
+        "jit-gdb died (wait status {status:#x})\n{}{}",
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&stderr)
+    );
+    use std::os::unix::process::ExitStatusExt;
+    let out = Output {
+        status: std::process::ExitStatus::from_raw(status),
+        stdout,
+        stderr,
+    };
+    let cost = Cost {
+        max_rss_kib: usage.ru_maxrss as u64,
+        wall,
+    };
+    (out, cost)
+}
+
+/// `jit-gdb inspect CORE --exe EXE --list`, measured.
+fn list(core: &Path, exe: &Path) -> (Output, Cost) {
+    run_measured(&[
+        "inspect".as_ref(),
+        core.as_os_str(),
+        "--exe".as_ref(),
+        exe.as_os_str(),
+        "--list".as_ref(),
+    ])
+}
+
+/// The function lines of `--list` (`  0xSTART SIZE NAME FILE`), sorted.
+fn functions(stdout: &[u8]) -> Vec<String> {
+    let mut v: Vec<String> = String::from_utf8_lossy(stdout)
+        .lines()
+        .filter(|l| l.starts_with("  0x"))
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A `gcore` of `program ARGS wait`, taken by GDB attached to it.
+fn gcore(program: &Path, args: &[&str], dir: &Path) -> PathBuf {
+    let waiting = WaitingHost::start(program, args, dir);
+    let core = dir.join("gcore.core");
+    let t = Gdb::attach(waiting.pid, dir)
+        .section("gcore", [format!("gcore {}", core.display())])
+        .cmd("detach")
+        .run();
+    drop(waiting);
+    if !core.exists() {
+        t.fail("gcore wrote no core file");
+    }
+    core
+}
+
+const GIB: u64 = 1 << 30;
+
+/// Writes `big`: the core `small` with one more PT_LOAD of `extra` bytes of memory, all of
+/// them in the file (p_filesz = p_memsz) but never written, so the file is sparse. The new
+/// program header table goes after the old file, the new segment after it, page-aligned,
+/// and the file ends with the segment: cutting the file short cuts only that segment.
+/// Returns the segment's file offset.
+fn grow_sparse(small: &Path, big: &Path, extra: u64) -> u64 {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let bytes = std::fs::read(small).unwrap();
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(&*bytes).unwrap();
+    let e = h.endian().unwrap();
+    let phdrs = h.program_headers(e, &*bytes).unwrap();
+    let top = phdrs
+        .iter()
+        .map(|p| p.p_vaddr(e) + p.p_memsz(e))
+        .max()
+        .unwrap();
+    // Above every mapping of the process, page-aligned.
+    let vaddr = (top + 0xfff) & !0xfff;
+    let phentsize = 56u64;
+    let table_at = (bytes.len() as u64 + 7) & !7;
+    let count = phdrs.len() as u64 + 1;
+    let seg_at = (table_at + count * phentsize + 0xfff) & !0xfff;
+    let mut table = Vec::new();
+    for p in phdrs {
+        table.extend_from_slice(object::bytes_of(p));
+    }
+    let mut ph = [0u8; 56];
+    ph[0..4].copy_from_slice(&object::elf::PT_LOAD.0.to_le_bytes());
+    ph[4..8].copy_from_slice(&(object::elf::PF_R | object::elf::PF_W).0.to_le_bytes());
+    ph[8..16].copy_from_slice(&seg_at.to_le_bytes()); // p_offset
+    ph[16..24].copy_from_slice(&vaddr.to_le_bytes()); // p_vaddr
+    ph[32..40].copy_from_slice(&extra.to_le_bytes()); // p_filesz
+    ph[40..48].copy_from_slice(&extra.to_le_bytes()); // p_memsz
+    ph[48..56].copy_from_slice(&0x1000u64.to_le_bytes()); // p_align
+    table.extend_from_slice(&ph);
+    let mut out = bytes.clone();
+    // e_phoff (offset 32) and e_phnum (offset 56) of the ELF64 header.
+    out[32..40].copy_from_slice(&table_at.to_le_bytes());
+    out[56..58].copy_from_slice(&(count as u16).to_le_bytes());
+    out.resize(table_at as usize, 0);
+    out.extend_from_slice(&table);
+    let mut f = std::fs::File::create(big).unwrap();
+    f.write_all(&out).unwrap();
+    // The segment's last page written, the rest a hole: the file is `extra` bytes longer
+    // and uses a few pages of disk.
+    f.seek(SeekFrom::Start(seg_at + extra - 4096)).unwrap();
+    f.write_all(&[0x5a; 4096]).unwrap();
+    seg_at
+}
+
+/// Disk blocks a file uses, in KiB (to check the big core is really sparse).
+fn disk_kib(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().blocks() / 2
+}
+
+#[test]
+fn sparse_16_gib_core_is_read_in_bounded_memory() {
+    if !require_tool("gdb", "sparse_16_gib_core_is_read_in_bounded_memory") {
+        return;
+    }
+    let dir = TempDir::new("inspect-sparse");
+    let exe = testhost();
+    let core = gcore(&exe, &["--format", "elf"], dir.path());
+    let (small, small_cost) = list(&core, &exe);
+    assert_eq!(small.status.code(), Some(0), "{}", text(&small));
+    let want = functions(&small.stdout);
+    assert_eq!(want.len(), 4, "{}", text(&small));
+
+    // The same core through a FIFO (not mappable: read into memory) lists the same.
+    if have_tool("mkfifo") {
+        let fifo = dir.join("piped.core");
+        assert!(Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success());
+        let writer = {
+            let (fifo, core) = (fifo.clone(), core.clone());
+            std::thread::spawn(move || {
+                let mut f = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+                f.write_all(&std::fs::read(core).unwrap()).unwrap();
+            })
+        };
+        let (piped, _) = list(&fifo, &exe);
+        writer.join().unwrap();
+        assert_eq!(piped.status.code(), Some(0), "{}", text(&piped));
+        assert_eq!(functions(&piped.stdout), want, "{}", text(&piped));
+    }
+
+    let big = dir.join("sparse.core");
+    let seg_at = grow_sparse(&core, &big, 16 * GIB);
+    let len = std::fs::metadata(&big).unwrap().len();
+    assert!(len > 16 * GIB, "{len}");
+    if disk_kib(&big) > 64 << 10 {
+        // A file system without holes would need 16 GiB of disk: not this test's business.
+        eprintln!("skipping: {} does not keep holes", dir.path().display());
+        return;
+    }
+    let (out, cost) = list(&big, &exe);
+    eprintln!(
+        "inspect --list: {} bytes core: max RSS {} KiB, {:?}; 16 GiB sparse core: max RSS {} KiB, {:?}",
+        std::fs::metadata(&core).unwrap().len(),
+        small_cost.max_rss_kib,
+        small_cost.wall,
+        cost.max_rss_kib,
+        cost.wall
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(functions(&out.stdout), want, "{}", text(&out));
+    assert!(
+        cost.max_rss_kib < 100 << 10,
+        "a 16 GiB sparse core took {} KiB of memory",
+        cost.max_rss_kib
+    );
+
+    // The same core cut in the middle of the huge segment: the JIT list (in the old part)
+    // is read whole, and the cut is named.
+    let f = std::fs::OpenOptions::new().write(true).open(&big).unwrap();
+    f.set_len(seg_at + 8 * GIB).unwrap();
+    drop(f);
+    let (out, cost) = list(&big, &exe);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(functions(&out.stdout), want, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!(
+            "problem: the core file is truncated: its segments need {} bytes, it has {}",
+            seg_at + 16 * GIB,
+            seg_at + 8 * GIB
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(cost.max_rss_kib < 100 << 10, "{} KiB", cost.max_rss_kib);
+}
+
+/// Devices and directories are refused by name; a pipe is read, at most 256 MiB of it.
+#[test]
+fn special_files_are_refused_or_bounded() {
+    let exe = testhost();
+    for (path, kind) in [
+        ("/dev/zero", "a character device"),
+        ("/dev/null", "a character device"),
+        ("/", "a directory"),
+    ] {
+        let (out, cost) = list(Path::new(path), &exe);
+        assert_eq!(out.status.code(), Some(1), "{path}: {}", text(&out));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("cannot read the core file {path}: it is {kind}")),
+            "{path}: {err}"
+        );
+        assert!(
+            cost.max_rss_kib < 100 << 10,
+            "{path}: {} KiB",
+            cost.max_rss_kib
+        );
+        // As the program too.
+        let (out, _) = run_measured(&[
+            "inspect".as_ref(),
+            "/no/core".as_ref(),
+            "--exe".as_ref(),
+            path.as_ref(),
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    }
+    let (out, _) = run_measured(&[
+        "inspect".as_ref(),
+        exe.as_os_str(),
+        "--exe".as_ref(),
+        "/dev/zero".as_ref(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot read the program /dev/zero: it is a character device"),
+        "{err}"
+    );
+
+    // A FIFO that never ends: bounded, with the reason.
+    if !require_tool("mkfifo", "special_files_are_refused_or_bounded (FIFO part)") {
+        return;
+    }
+    let dir = TempDir::new("inspect-fifo");
+    let fifo = dir.join("endless.core");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let writer = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let mut f = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            let zeros = vec![0u8; 1 << 20];
+            // Until the reader gives up (EPIPE: Rust ignores SIGPIPE).
+            let mut written = 0u64;
+            while f.write_all(&zeros).is_ok() {
+                written += zeros.len() as u64;
+            }
+            written
+        })
+    };
+    let (out, cost) = list(&fifo, &exe);
+    let written = writer.join().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("it is a pipe or socket with more than 256 MiB"),
+        "{err}"
+    );
+    eprintln!(
+        "endless FIFO: read {written} bytes, max RSS {} KiB",
+        cost.max_rss_kib
+    );
+    assert!(written < 300 << 20, "{written} bytes read from the pipe");
+    assert!(cost.max_rss_kib < 400 << 10, "{} KiB", cost.max_rss_kib);
+}
