@@ -338,3 +338,271 @@ fn special_files_are_refused_or_bounded() {
     assert!(written < 300 << 20, "{written} bytes read from the pipe");
     assert!(cost.max_rss_kib < 400 << 10, "{} KiB", cost.max_rss_kib);
 }
+
+// ---------------------------------------------------------------------------------------
+// The descriptor in a shared library
+
+/// File offset of the core's byte for memory address `addr` (its PT_LOAD segments, read
+/// here with `object`, independently of the inspector).
+fn file_offset(core: &[u8], addr: u64) -> usize {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let h = object::elf::FileHeader64::<object::Endianness>::parse(core).unwrap();
+    let e = h.endian().unwrap();
+    for ph in h.program_headers(e, core).unwrap() {
+        let (v, f, o) = (ph.p_vaddr(e), ph.p_filesz(e), ph.p_offset(e));
+        if ph.p_type(e) == object::elf::PT_LOAD && addr >= v && addr < v + f {
+            return (o + (addr - v)) as usize;
+        }
+    }
+    panic!("{addr:#x} is not in the core's file");
+}
+
+/// Runs `cc ARGS` in `dir`.
+fn cc(dir: &Path, args: &[&str]) {
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
+    assert!(
+        out.status.success(),
+        "{cc} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The JIT functions `host` registers (its `layout` mode), as `--list` prints them.
+fn layout_lines(host: &Path, args: &[&str]) -> Vec<String> {
+    let mut v: Vec<String> = Layout::of(host, args)
+        .functions
+        .iter()
+        .map(|f| format!("  {:#018x} {:>6} {} {}", f.start, f.size, f.name, f.file))
+        .collect();
+    v.sort();
+    v
+}
+
+/// The `descriptor: FILE at ADDR (...)` line of `--list`: (FILE, ADDR).
+fn descriptor_line(stdout: &[u8]) -> (String, u64) {
+    let s = String::from_utf8_lossy(stdout);
+    let line = s
+        .lines()
+        .find_map(|l| l.strip_prefix("descriptor: "))
+        .unwrap_or_else(|| panic!("no descriptor line in\n{s}"));
+    let (file, rest) = line.split_once(" at ").unwrap();
+    let addr = parse_hex(rest.split_whitespace().next().unwrap()).unwrap();
+    (file.to_string(), addr)
+}
+
+/// GDB's `info symbol ADDR` on `core` of `program`.
+fn gdb_info_symbol(program: &Path, core: &Path, addr: u64, dir: &Path) -> String {
+    let t = Gdb::core(program, core, dir)
+        .section("sym", [format!("info symbol {addr:#x}")])
+        .run();
+    t.section("sym").trim().to_string()
+}
+
+/// The C host linked with jit-interface as a shared library, so that the program does not
+/// define `__jit_debug_descriptor` and its library does (as `lli` and libLLVM): `inspect
+/// --exe PROGRAM` finds it in the library through the core's link map, where GDB finds it;
+/// through NT_FILE when the link map is damaged; names a missing library; prefers the
+/// library whose list has entries when two define the symbol.
+#[test]
+fn descriptor_in_a_shared_library() {
+    let test = "descriptor_in_a_shared_library";
+    if !require_tool("gdb", test) || !require_tool("cc", test) {
+        return;
+    }
+    let dir = TempDir::new("inspect-shared");
+    let d = dir.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // A copy of the library (removed below), next to the programs that load it.
+    std::fs::copy(
+        testhosts_dir().join("libjit_interface.so"),
+        d.join("libjit_interface.so"),
+    )
+    .unwrap();
+    std::fs::write(
+        d.join("extra.c"),
+        "int jit_gdb_extra(int x) { return x + 1; }\n",
+    )
+    .unwrap();
+    // A library with its own descriptor and hook, in which nothing registers.
+    std::fs::write(
+        d.join("other.c"),
+        "#include <stdint.h>\n\
+         struct jit_descriptor { uint32_t version, action_flag; void *relevant, *first; };\n\
+         struct jit_descriptor __jit_debug_descriptor = { 1, 0, 0, 0 };\n\
+         void __attribute__((noinline)) __jit_debug_register_code(void) {\n\
+             __asm__ volatile(\"\" ::: \"memory\");\n\
+         }\n",
+    )
+    .unwrap();
+    cc(
+        d,
+        &["-shared", "-fPIC", "-O2", "extra.c", "-o", "libextra.so"],
+    );
+    cc(
+        d,
+        &["-shared", "-fPIC", "-O2", "other.c", "-o", "libother.so"],
+    );
+    let include = root.join("jit-interface/include");
+    let host_c = root.join("testhosts/c/host.c");
+    let host = |name: &str, libs: &[&str]| {
+        let mut args = vec![
+            "-O2",
+            "-g",
+            "-std=gnu11",
+            "-I",
+            include.to_str().unwrap(),
+            host_c.to_str().unwrap(),
+            "-L.",
+            // Every library loaded, used or not, in this order.
+            "-Wl,--no-as-needed",
+        ];
+        args.extend(libs);
+        // DT_RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets for tests,
+        // which holds the workspace's own libjit_interface.so.
+        args.extend(["-Wl,--disable-new-dtags", "-Wl,-rpath,$ORIGIN", "-o", name]);
+        cc(d, &args);
+        d.join(name)
+    };
+    let shared = host("host-shared", &["-lextra", "-ljit_interface"]);
+    let two = host("host-two", &["-lother", "-ljit_interface"]);
+    let out = Command::new("nm").arg("-D").arg(&shared).output();
+    if let Ok(out) = out {
+        let syms = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !syms.contains("__jit_debug_descriptor"),
+            "the program itself must not define the descriptor:\n{syms}"
+        );
+    }
+    let d_arg = d.to_str().unwrap();
+    let args = ["--format", "elf", "--source-dir", d_arg];
+    let want = layout_lines(&shared, &args);
+    assert_eq!(want.len(), 4);
+    let lib = d.join("libjit_interface.so").display().to_string();
+
+    let shared_core = d.join("shared.core");
+    std::fs::rename(gcore(&shared, &args, d), &shared_core).unwrap();
+    let two_core = d.join("two.core");
+    std::fs::rename(gcore(&two, &args, d), &two_core).unwrap();
+
+    // Found through the link map, at the address GDB gives the symbol.
+    let (out, _) = list(&shared_core, &shared);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(functions(&out.stdout), want, "{}", text(&out));
+    let (file, addr) = descriptor_line(&out.stdout);
+    assert_eq!(file, lib, "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("link map l_addr"), "{stdout}");
+    assert!(
+        stdout.contains(&format!(
+            "note: {} does not define __jit_debug_descriptor: found in its shared library {lib}",
+            shared.display()
+        )),
+        "{stdout}"
+    );
+    let gdb = gdb_info_symbol(&shared, &shared_core, addr, d);
+    assert!(
+        gdb.starts_with("__jit_debug_descriptor in section") && gdb.ends_with(&lib),
+        "GDB says {addr:#x} is `{gdb}`"
+    );
+    // Other actions say it on stderr, their stdout unchanged.
+    let (sym, _) = run_measured(&[
+        "inspect".as_ref(),
+        shared_core.as_os_str(),
+        "--exe".as_ref(),
+        shared.as_os_str(),
+        "--symbolize".as_ref(),
+        want[0].split_whitespace().next().unwrap().as_ref(),
+    ]);
+    assert_eq!(sym.status.code(), Some(0), "{}", text(&sym));
+    assert!(String::from_utf8_lossy(&sym.stdout).contains(" jit_second+0x0 "));
+    assert!(String::from_utf8_lossy(&sym.stderr).contains(&format!("shared library {lib}")));
+
+    // Two libraries define it: the one with entries is read, the other named.
+    let (out, _) = list(&two_core, &two);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(functions(&out.stdout), want, "{}", text(&out));
+    let (file, addr) = descriptor_line(&out.stdout);
+    assert_eq!(file, lib, "{}", text(&out));
+    let other = d.join("libother.so").display().to_string();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&format!(
+            "note: {other} also defines __jit_debug_descriptor"
+        )),
+        "{}",
+        text(&out)
+    );
+    let gdb = gdb_info_symbol(&two, &two_core, addr, d);
+    assert!(gdb.ends_with(&lib), "GDB says {addr:#x} is `{gdb}`");
+
+    // The link map damaged (DT_DEBUG cleared): the library is found by its NT_FILE mapping.
+    let t = Gdb::core(&shared, &shared_core, d)
+        .section("dyn", ["p/x (long)&_DYNAMIC"])
+        .run();
+    let dynamic = t
+        .section("dyn")
+        .split(" = ")
+        .nth(1)
+        .and_then(|v| parse_hex(v.trim()))
+        .unwrap_or_else(|| t.fail("no address of _DYNAMIC"));
+    let mut bytes = std::fs::read(&shared_core).unwrap();
+    let at = file_offset(&bytes, dynamic);
+    let tags = (0..).map(|i| at + 16 * i);
+    let debug = tags
+        .take_while(|&o| bytes[o..o + 8] != [0; 8])
+        .find(|&o| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap()) == 21)
+        .expect("DT_DEBUG in the core's dynamic section");
+    bytes[debug + 8..debug + 16].fill(0);
+    let damaged = d.join("no-link-map.core");
+    std::fs::write(&damaged, &bytes).unwrap();
+    let (out, _) = list(&damaged, &shared);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(functions(&out.stdout), want, "{}", text(&out));
+    assert_eq!(
+        descriptor_line(&out.stdout),
+        (lib.clone(), addr_of(&shared_core, &shared))
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(
+            "note: the link map cannot be read (the program's dynamic section has no DT_DEBUG set:"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("NT_FILE mapping"), "{stdout}");
+
+    // A library missing on this machine is named; the search goes on.
+    std::fs::remove_file(d.join("libextra.so")).unwrap();
+    let (out, _) = list(&shared_core, &shared);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(functions(&out.stdout), want, "{}", text(&out));
+    let missing = format!(
+        "problem: cannot read the shared library {}: No such file or directory",
+        d.join("libextra.so").display()
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(&missing),
+        "{missing}: {}",
+        text(&out)
+    );
+    // The one that defines it missing: nothing to read, and why.
+    std::fs::remove_file(d.join("libjit_interface.so")).unwrap();
+    let (out, _) = list(&shared_core, &shared);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("does not define __jit_debug_descriptor")
+            && err.contains(&format!("cannot read the shared library {lib}")),
+        "{err}"
+    );
+}
+
+/// The descriptor address `--list` gives for `core` of `program`.
+fn addr_of(core: &Path, program: &Path) -> u64 {
+    let (out, _) = list(core, program);
+    descriptor_line(&out.stdout).1
+}
