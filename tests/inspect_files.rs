@@ -606,3 +606,85 @@ fn addr_of(core: &Path, program: &Path) -> u64 {
     let (out, _) = list(core, program);
     descriptor_line(&out.stdout).1
 }
+
+/// LLVM's `lli` (MCJIT) keeps the descriptor in libLLVM, one of its shared libraries:
+/// `inspect --exe lli` finds it there, at the address GDB gives the symbol, and lists the
+/// JIT-compiled `main` where GDB puts it.
+#[test]
+fn lli_descriptor_in_libllvm() {
+    let test = "lli_descriptor_in_libllvm";
+    if !require_tool("gdb", test) || !require_tool("lli", test) {
+        return;
+    }
+    let dir = TempDir::new("inspect-lli");
+    let d = dir.path();
+    // Prints the ready line WaitingHost waits for, then waits (its argument `wait` unused).
+    let ir = d.join("wait.ll");
+    std::fs::write(
+        &ir,
+        r#"@fmt = private constant [14 x i8] c"ready pid=%d\0A\00"
+declare i32 @printf(i8*, ...)
+declare i32 @getpid()
+declare i32 @fflush(i8*)
+declare i32 @pause()
+define i32 @main() {
+entry:
+  %pid = call i32 @getpid()
+  %f = getelementptr [14 x i8], [14 x i8]* @fmt, i64 0, i64 0
+  %r = call i32 (i8*, ...) @printf(i8* %f, i32 %pid)
+  %s = call i32 @fflush(i8* null)
+  br label %loop
+loop:
+  %p = call i32 @pause()
+  br label %loop
+}
+"#,
+    )
+    .unwrap();
+    let lli = PathBuf::from("lli");
+    let lli_path = std::env::split_paths(&std::env::var_os("PATH").unwrap())
+        .map(|p| p.join(&lli))
+        .find(|p| p.is_file())
+        .unwrap();
+    let core = gcore(&lli_path, &["-jit-kind=mcjit", ir.to_str().unwrap()], d);
+    let (out, cost) = list(&core, &lli_path);
+    eprintln!(
+        "{}\nlli core of {} bytes: max RSS {} KiB, {:?}",
+        text(&out),
+        std::fs::metadata(&core).unwrap().len(),
+        cost.max_rss_kib,
+        cost.wall
+    );
+    let code = out.status.code();
+    assert!(code == Some(0) || code == Some(3), "{}", text(&out));
+    let (file, addr) = descriptor_line(&out.stdout);
+    assert!(file.contains("libLLVM"), "{}", text(&out));
+    let t = Gdb::core(&lli_path, &core, d)
+        .section("addr", ["p/x (long)&__jit_debug_descriptor"])
+        .section("sym", ["info symbol &__jit_debug_descriptor"])
+        .run();
+    let gdb_addr = t
+        .section("addr")
+        .split(" = ")
+        .nth(1)
+        .and_then(|v| parse_hex(v.trim()));
+    assert_eq!(gdb_addr, Some(addr), "{}", text(&out));
+    let sym = t.section("sym");
+    assert!(sym.trim().ends_with(&file), "GDB: {sym}; inspector: {file}");
+    // The JIT-compiled main, where GDB resolves it.
+    let main = functions(&out.stdout)
+        .into_iter()
+        .find(|l| l.split_whitespace().nth(2) == Some("main"))
+        .unwrap_or_else(|| panic!("no main listed: {}", text(&out)));
+    let start = parse_hex(main.split_whitespace().next().unwrap()).unwrap();
+    let t = Gdb::core(&lli_path, &core, d)
+        .section("main", [format!("info symbol {start:#x}")])
+        .run();
+    assert!(
+        t.section("main")
+            .trim()
+            .starts_with("main in section .text"),
+        "GDB: {}",
+        t.section("main")
+    );
+}
