@@ -125,8 +125,9 @@ const MAX_STREAMED: u64 = 256 << 20;
 /// A file's bytes. A regular file is mapped read-only and private: only the pages the
 /// inspector touches (headers, notes, the JIT list and payloads, symbol tables) are read,
 /// so memory does not grow with the file (a 16 GiB sparse core costs what its JIT data
-/// costs). A FIFO or socket is read into memory, at most [`MAX_STREAMED`] bytes; devices
-/// and directories are refused (`/dev/zero` would never end).
+/// costs). A FIFO or socket (or a file its file system cannot map) is read into memory, at
+/// most [`MAX_STREAMED`] bytes; devices and directories are refused (`/dev/zero` would never
+/// end).
 ///
 /// `libc::mmap` directly rather than a mapping crate: `libc` is already a dependency and
 /// the mapping is these few lines.
@@ -162,7 +163,8 @@ impl FileBytes {
                 "it is {kind}; the {what} must be a regular file or a pipe"
             )));
         }
-        if streamed {
+        // Read into memory, at most MAX_STREAMED bytes.
+        let read_whole = |kind: &str| -> Result<FileBytes, String> {
             let mut read = Vec::new();
             (&file)
                 .take(MAX_STREAMED + 1)
@@ -170,16 +172,19 @@ impl FileBytes {
                 .map_err(|e| cannot(e.to_string()))?;
             if read.len() as u64 > MAX_STREAMED {
                 return Err(cannot(format!(
-                    "it is a pipe or socket with more than {} MiB, the most read from one \
-                     (it is held in memory whole): save it to a regular file, which is mapped",
+                    "it is {kind} with more than {} MiB, the most read from one (it is held in \
+                     memory whole): save it to a regular file, which is mapped",
                     MAX_STREAMED >> 20
                 )));
             }
-            return Ok(FileBytes {
+            Ok(FileBytes {
                 ptr: std::ptr::null_mut(),
                 len: 0,
                 read,
-            });
+            })
+        };
+        if streamed {
+            return read_whole("a pipe or socket");
         }
         let len = usize::try_from(meta.len())
             .map_err(|_| cannot(format!("{} bytes do not fit in memory", meta.len())))?;
@@ -206,10 +211,9 @@ impl FileBytes {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(cannot(format!(
-                "cannot map it: {}",
-                std::io::Error::last_os_error()
-            )));
+            // A file system that cannot map files: read it, bounded like a pipe.
+            let why = std::io::Error::last_os_error();
+            return read_whole(&format!("a file that cannot be mapped ({why})"));
         }
         Ok(FileBytes {
             ptr,
