@@ -1,7 +1,9 @@
 //! `jit-gdb inspect CORE --exe PROGRAM`: the JIT functions a core file holds, without a
-//! debugger. Reads the core's memory (PT_LOAD segments) and mappings (NT_FILE, NT_AUXV),
-//! finds `__jit_debug_descriptor` in PROGRAM's symbols and relocates it by PROGRAM's load
-//! address in the core, then walks the entry list in the core's memory with
+//! debugger. Maps the core (only the pages read are loaded) and reads its memory (PT_LOAD
+//! segments) and mappings (NT_FILE, NT_AUXV), finds `__jit_debug_descriptor` in PROGRAM's
+//! symbols and relocates it by PROGRAM's load address in the core (or, when PROGRAM does not
+//! define it, in its shared libraries: the core's link map, else its NT_FILE mappings), then
+//! walks the entry list in the core's memory with
 //! `jit_interface::inspect::walk_list` (which decodes each payload, compact records or ELF,
 //! and drops unregistered objects).
 //!
@@ -21,7 +23,8 @@ use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
 
 use jit_interface::inspect::{
-    walk_list, FunctionInfo, Limits, ListEntry, ListProblem, ListReport, Memory, Symbolizer,
+    read_descriptor, walk_list, FunctionInfo, Limits, ListEntry, ListProblem, ListReport, Memory,
+    Symbolizer,
 };
 use object::read::elf::{FileHeader, ProgramHeader};
 use object::{elf, Object, ObjectSymbol};
@@ -99,13 +102,144 @@ pub fn parse(args: Vec<OsString>) -> Result<Options, UsageError> {
     }
     let core = core.ok_or_else(|| usage("needs a core file: inspect CORE --exe PROGRAM".into()))?;
     let exe = exe.ok_or_else(|| {
-        usage("needs `--exe PROGRAM`, the executable that defines __jit_debug_descriptor".into())
+        usage(
+            "needs `--exe PROGRAM`, the program that dumped the core (it or one of its shared \
+             libraries defines __jit_debug_descriptor)"
+                .into(),
+        )
     })?;
     Ok(Options {
         core,
         exe,
         action: action.unwrap_or(Action::List),
     })
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading files: mapped, never read whole
+
+/// Most bytes read from a file that cannot be mapped (a FIFO or socket, e.g. a core piped
+/// through `<(zcat core.gz)`): such a file is held in memory whole, so it is bounded.
+const MAX_STREAMED: u64 = 256 << 20;
+
+/// A file's bytes. A regular file is mapped read-only and private: only the pages the
+/// inspector touches (headers, notes, the JIT list and payloads, symbol tables) are read,
+/// so memory does not grow with the file (a 16 GiB sparse core costs what its JIT data
+/// costs). A FIFO or socket (or a file its file system cannot map) is read into memory, at
+/// most [`MAX_STREAMED`] bytes; devices and directories are refused (`/dev/zero` would never
+/// end).
+///
+/// `libc::mmap` directly rather than a mapping crate: `libc` is already a dependency and
+/// the mapping is these few lines.
+struct FileBytes {
+    /// The mapping (`len` > 0) or null when `read` holds the bytes.
+    ptr: *mut libc::c_void,
+    len: usize,
+    read: Vec<u8>,
+}
+
+impl FileBytes {
+    /// Opens `path`; errors say `what` it is ("core file", "program", ...) and why not.
+    fn open(what: &str, path: &Path) -> Result<FileBytes, String> {
+        use std::io::Read;
+        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::io::AsRawFd;
+        let cannot = |why: String| format!("cannot read the {what} {}: {why}", path.display());
+        let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+        let meta = file.metadata().map_err(|e| cannot(e.to_string()))?;
+        let t = meta.file_type();
+        let streamed = t.is_fifo() || t.is_socket();
+        if !t.is_file() && !streamed {
+            let kind = if t.is_dir() {
+                "a directory"
+            } else if t.is_char_device() {
+                "a character device"
+            } else if t.is_block_device() {
+                "a block device"
+            } else {
+                "not a regular file"
+            };
+            return Err(cannot(format!(
+                "it is {kind}; the {what} must be a regular file or a pipe"
+            )));
+        }
+        // Read into memory, at most MAX_STREAMED bytes.
+        let read_whole = |kind: &str| -> Result<FileBytes, String> {
+            let mut read = Vec::new();
+            (&file)
+                .take(MAX_STREAMED + 1)
+                .read_to_end(&mut read)
+                .map_err(|e| cannot(e.to_string()))?;
+            if read.len() as u64 > MAX_STREAMED {
+                return Err(cannot(format!(
+                    "it is {kind} with more than {} MiB, the most read from one (it is held in \
+                     memory whole): save it to a regular file, which is mapped",
+                    MAX_STREAMED >> 20
+                )));
+            }
+            Ok(FileBytes {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+                read,
+            })
+        };
+        if streamed {
+            return read_whole("a pipe or socket");
+        }
+        let len = usize::try_from(meta.len())
+            .map_err(|_| cannot(format!("{} bytes do not fit in memory", meta.len())))?;
+        if len == 0 {
+            // mmap refuses empty mappings; an empty file is simply no bytes.
+            return Ok(FileBytes {
+                ptr: std::ptr::null_mut(),
+                len: 0,
+                read: Vec::new(),
+            });
+        }
+        // SAFETY: a new read-only private mapping of an open regular file, at an address the
+        // kernel chooses; it is checked for MAP_FAILED below and unmapped once, in Drop. The
+        // file must not shrink while mapped (pages past its new end would fault): core files
+        // and programs are not rewritten while they are inspected.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            // A file system that cannot map files: read it, bounded like a pipe.
+            let why = std::io::Error::last_os_error();
+            return read_whole(&format!("a file that cannot be mapped ({why})"));
+        }
+        Ok(FileBytes {
+            ptr,
+            len,
+            read: Vec::new(),
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            return &self.read;
+        }
+        // SAFETY: `ptr` is our live read-only mapping of `len` bytes (see `open`), unmapped
+        // only when `self` is dropped, which the borrow outlives not.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+}
+
+impl Drop for FileBytes {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: exactly the mapping made in `open`, unmapped once; no borrow of it
+            // outlives `self`.
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -331,8 +465,8 @@ impl Memory for Core<'_> {
 // The program: where the descriptor is
 
 struct Program {
-    /// Link-time address of `__jit_debug_descriptor`.
-    descriptor: u64,
+    /// Link-time address of `__jit_debug_descriptor`, if the file defines it.
+    descriptor: Option<u64>,
     entry: u64,
     kind: object::ObjectKind,
     /// Link-time address of the first byte of the file's first page (the PT_LOAD at file
@@ -340,37 +474,48 @@ struct Program {
     base: Option<u64>,
     /// The ELF file header, to recognise the program's first page in the core's memory.
     header: Vec<u8>,
+    /// Link-time address of the dynamic section (PT_DYNAMIC): its DT_DEBUG leads to the
+    /// dynamic linker's list of loaded libraries.
+    dynamic: Option<u64>,
+}
+
+const DESCRIPTOR: &[u8] = b"__jit_debug_descriptor";
+
+/// Link-time address of the descriptor `file` defines: its `.symtab`, else its `.dynsym`
+/// (a stripped library keeps the dynamic one).
+fn descriptor_symbol(file: &object::File<'_>) -> Option<u64> {
+    file.symbols()
+        .chain(file.dynamic_symbols())
+        .find(|s| s.name_bytes() == Ok(DESCRIPTOR) && s.is_definition())
+        .map(|s| s.address())
 }
 
 fn program(data: &[u8]) -> Result<Program, String> {
     let file = object::File::parse(data).map_err(|e| format!("not a readable ELF file: {e}"))?;
-    let descriptor = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .find(|s| s.name_bytes() == Ok(b"__jit_debug_descriptor") && s.is_definition())
-        .map(|s| s.address())
-        .ok_or_else(|| {
-            "it does not define __jit_debug_descriptor (a stripped binary loses it; give the \
-             unstripped program, or the shared library that links jit-interface)"
-                .to_string()
-        })?;
-    let base = match &file {
+    let (base, dynamic) = match &file {
         object::File::Elf64(f) => {
             let endian = f.endian();
-            f.elf_program_headers()
+            let phdrs = f.elf_program_headers();
+            let base = phdrs
                 .iter()
                 .filter(|p| p.p_type(endian) == elf::PT_LOAD)
                 .map(|p| p.p_vaddr(endian).wrapping_sub(p.p_offset(endian)))
-                .min()
+                .min();
+            let dynamic = phdrs
+                .iter()
+                .find(|p| p.p_type(endian) == elf::PT_DYNAMIC)
+                .map(|p| p.p_vaddr(endian));
+            (base, dynamic)
         }
-        _ => None,
+        _ => (None, None),
     };
     Ok(Program {
-        descriptor,
+        descriptor: descriptor_symbol(&file),
         entry: file.entry(),
         kind: file.kind(),
         base,
         header: data[..data.len().min(64)].to_vec(),
+        dynamic,
     })
 }
 
@@ -432,30 +577,340 @@ fn load_bias(core: &Core<'_>, prog: &Program, exe: &Path) -> Result<(u64, String
 }
 
 // ---------------------------------------------------------------------------------------
-// The entry list
+// The program's shared libraries: where the descriptor is when the program lacks it
 
-struct Report {
-    descriptor: u64,
+/// The descriptor the report reads: its run-time address, the file that defines it and that
+/// file's load bias.
+struct Located {
+    addr: u64,
+    file: String,
     bias: u64,
-    bias_how: String,
-    list: ListReport,
-    /// Problems outside any one payload (core headers, the list itself).
+    how: String,
+    /// What the reader should know about the choice (a library used, other definitions).
+    notes: Vec<String>,
+    /// Files that could not be searched.
     problems: Vec<String>,
 }
 
+/// Where a loaded file is in the process: the link map's `l_addr` (the load bias itself), or
+/// the start of its NT_FILE mapping of file offset 0.
+#[derive(Debug, Clone, Copy)]
+enum Placed {
+    LinkMap(u64),
+    Mapping(u64),
+}
+
+/// A file of the process that may define the descriptor.
+#[derive(Debug, Clone)]
+struct Library {
+    path: String,
+    placed: Placed,
+}
+
+/// Most entries of a dynamic section, libraries of a link map and bytes of a library's name
+/// read from a core: a damaged core cannot make the walk run on.
+const MAX_DYNAMIC: u64 = 4096;
+const MAX_LIBRARIES: usize = 65536;
+const MAX_NAME: u64 = 4096;
+
+const DT_NULL: u64 = 0;
+const DT_DEBUG: u64 = 21;
+
+/// A NUL-terminated string of at most [`MAX_NAME`] bytes at `addr` in the core's memory.
+fn c_string(core: &Core<'_>, addr: u64) -> Result<String, String> {
+    let mut out = Vec::new();
+    // Chunks within one page, so a string ending just before unreadable memory is read.
+    let mut at = addr;
+    while (out.len() as u64) < MAX_NAME {
+        let n = 0x1000 - (at & 0xfff);
+        let chunk = core.read(at, n)?;
+        if let Some(end) = chunk.iter().position(|&b| b == 0) {
+            out.extend_from_slice(&chunk[..end]);
+            return Ok(String::from_utf8_lossy(&out).into_owned());
+        }
+        out.extend_from_slice(&chunk);
+        at = at.wrapping_add(n);
+    }
+    Err(format!("no NUL in the first {MAX_NAME} bytes at {addr:#x}"))
+}
+
+/// The shared libraries of the process in the dynamic linker's load order (GDB's order: the
+/// order symbol lookups bind in), from the link map: the program's dynamic section (at
+/// `dynamic` in the core) -> DT_DEBUG -> `struct r_debug` -> `struct link_map` list.
+fn link_map(core: &Core<'_>, dynamic: u64) -> Result<Vec<Library>, String> {
+    let mut r_debug = None;
+    for i in 0..MAX_DYNAMIC {
+        let at = dynamic.wrapping_add(i * 16);
+        let tag = core.read_u64(at)?;
+        if tag == DT_NULL {
+            break;
+        }
+        if tag == DT_DEBUG {
+            r_debug = Some(core.read_u64(at.wrapping_add(8))?);
+            break;
+        }
+    }
+    let r_debug = r_debug.filter(|&a| a != 0).ok_or(
+        "the program's dynamic section has no DT_DEBUG set: a static program, or dumped before \
+         the dynamic linker ran",
+    )?;
+    // r_debug { int r_version; struct link_map *r_map; ... }
+    // link_map { l_addr; char *l_name; l_ld; link_map *l_next; ... }
+    let mut node = core.read_u64(r_debug.wrapping_add(8))?;
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    while node != 0 {
+        if !seen.insert(node) || seen.len() > MAX_LIBRARIES {
+            return Err(format!("the link map loops (at {node:#x})"));
+        }
+        let l_addr = core.read_u64(node)?;
+        let name = c_string(core, core.read_u64(node.wrapping_add(8))?)?;
+        // The program itself has no name; the vDSO's (`linux-vdso.so.1`) is no file.
+        if name.contains('/') {
+            let path = if Path::new(&name).is_absolute() {
+                name
+            } else {
+                // Relative to the process's directory: the kernel's absolute path instead.
+                let file_name = Path::new(&name).file_name();
+                core.mappings
+                    .iter()
+                    .find(|m| Path::new(&m.path).file_name() == file_name)
+                    .map_or(name.clone(), |m| m.path.clone())
+            };
+            out.push(Library {
+                path,
+                placed: Placed::LinkMap(l_addr),
+            });
+        }
+        node = core.read_u64(node.wrapping_add(24))?;
+    }
+    Ok(out)
+}
+
+/// A path as this machine resolves it (symlinks followed), to compare the link map's names
+/// with the kernel's (NT_FILE gives resolved paths).
+fn canonical(path: &str) -> String {
+    std::fs::canonicalize(path)
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| path.to_string())
+}
+
+/// Finds the descriptor in the shared libraries of the process, for a program that does not
+/// define it. Every library is searched, in load order (the link map's) where the core has
+/// the link map, else in NT_FILE (address) order; the first that defines it is the one every
+/// reference binds to, as in GDB.
+fn in_libraries(
+    core: &Core<'_>,
+    prog: &Program,
+    exe_bias: Option<u64>,
+    exe: &Path,
+) -> Result<Located, String> {
+    let mut notes = Vec::new();
+    let mut problems = Vec::new();
+    let dynamic = match (prog.dynamic, exe_bias) {
+        (Some(d), Some(bias)) => Ok(d.wrapping_add(bias)),
+        (None, _) => Err("the program has no dynamic section".to_string()),
+        (_, None) => Err("the program's load address is unknown".to_string()),
+    };
+    let (mut libraries, from_link_map) = match dynamic.and_then(|d| link_map(core, d)) {
+        Ok(libs) => (libs, true),
+        Err(why) => {
+            notes.push(format!(
+                "the link map cannot be read ({why}): libraries searched in address order"
+            ));
+            (Vec::new(), false)
+        }
+    };
+    // Every other mapped file too (all of them without a link map): NT_FILE paths are
+    // resolved, so compare resolved paths.
+    let exe_path = canonical(&exe.to_string_lossy());
+    let mut known: std::collections::HashSet<String> = libraries
+        .iter()
+        .map(|l| canonical(&l.path))
+        .chain([exe_path])
+        .collect();
+    for m in core.mappings.iter().filter(|m| m.file_offset == 0) {
+        let resolved = canonical(&m.path);
+        let new = !known.contains(&m.path) && !known.contains(&resolved);
+        known.insert(resolved);
+        known.insert(m.path.clone());
+        if new {
+            libraries.push(Library {
+                path: m.path.clone(),
+                placed: Placed::Mapping(m.start),
+            });
+        }
+    }
+    let mut found = Vec::new();
+    let mut searched = 0;
+    for lib in &libraries {
+        let in_link_map = matches!(lib.placed, Placed::LinkMap(_));
+        // Without a link map, any mapped file may be a library: a missing one matters.
+        let matters = in_link_map || !from_link_map;
+        if lib.path.starts_with("/dev/") || lib.path.starts_with("/memfd:") {
+            continue;
+        }
+        let bytes = match FileBytes::open("shared library", Path::new(&lib.path)) {
+            Ok(b) => b,
+            Err(e) => {
+                if matters {
+                    problems.push(format!("{e}: not searched for the descriptor"));
+                }
+                continue;
+            }
+        };
+        let file = match object::File::parse(bytes.bytes()) {
+            Ok(f) => f,
+            // A mapped data file (locale archive, font...); a library of the link map that
+            // is not ELF is not what the process loaded.
+            Err(e) => {
+                if in_link_map {
+                    problems.push(format!(
+                        "shared library {}: not a readable ELF file ({e}): not searched for the descriptor",
+                        lib.path
+                    ));
+                }
+                continue;
+            }
+        };
+        searched += 1;
+        let Some(symbol) = descriptor_symbol(&file) else {
+            continue;
+        };
+        let base = match &file {
+            object::File::Elf64(f) => {
+                let endian = f.endian();
+                f.elf_program_headers()
+                    .iter()
+                    .filter(|p| p.p_type(endian) == elf::PT_LOAD)
+                    .map(|p| p.p_vaddr(endian).wrapping_sub(p.p_offset(endian)))
+                    .min()
+            }
+            _ => None,
+        };
+        let (bias, how) = match (lib.placed, base) {
+            (Placed::LinkMap(l_addr), _) => (l_addr, format!("link map l_addr {l_addr:#x}")),
+            (Placed::Mapping(start), Some(base)) => (
+                start.wrapping_sub(base),
+                format!("NT_FILE mapping at {start:#x}"),
+            ),
+            (Placed::Mapping(_), None) => {
+                problems.push(format!(
+                    "shared library {}: defines the descriptor but has no loadable segment",
+                    lib.path
+                ));
+                continue;
+            }
+        };
+        // A file of the same name but another build would give a wrong address: where the
+        // core holds the file's first bytes, they must be this file's.
+        let header = &bytes.bytes()[..bytes.bytes().len().min(64)];
+        if let Some(in_core) = base.and_then(|b| core.read(b.wrapping_add(bias), 64).ok()) {
+            if in_core != header {
+                problems.push(format!(
+                    "shared library {}: not the file the process loaded (its ELF header differs from the core's copy at {:#x}): not used",
+                    lib.path,
+                    base.unwrap_or(0).wrapping_add(bias)
+                ));
+                continue;
+            }
+        }
+        found.push((lib.path.clone(), symbol.wrapping_add(bias), bias, how));
+    }
+    if found.is_empty() {
+        let mut why = format!(
+            "{}: it does not define __jit_debug_descriptor (a stripped binary loses it; give the \
+             unstripped program), and neither does any of the {searched} shared libraries and \
+             mapped ELF files of the core",
+            exe.display()
+        );
+        for p in notes.iter().chain(&problems) {
+            why.push_str("\n  ");
+            why.push_str(p);
+        }
+        return Err(why);
+    }
+    // A library that keeps its descriptor to itself (hidden, as jit-interface's cdylib does)
+    // does not share it with another that defines one too: GDB reads every file's list.
+    // The report reads one: the first in load order that has entries (version 1, a first
+    // entry), else the first; the others are named.
+    let in_use =
+        |addr: u64| read_descriptor(core, addr).is_ok_and(|d| d.version == 1 && d.first_entry != 0);
+    let chosen = found.iter().position(|f| in_use(f.1)).unwrap_or(0);
+    let (file, addr, bias, how) = &found[chosen];
+    notes.insert(
+        0,
+        format!(
+            "{} does not define __jit_debug_descriptor: found in its shared library {file}{}",
+            exe.display(),
+            if from_link_map {
+                " (libraries searched in load order, from the dynamic linker's list)"
+            } else {
+                ""
+            }
+        ),
+    );
+    for (i, other) in found.iter().enumerate().filter(|&(i, _)| i != chosen) {
+        notes.push(if in_use(other.1) {
+            format!(
+                "{} also defines __jit_debug_descriptor, with entries of its own at {:#x} (GDB reads them too): `--exe {}` lists them",
+                other.0, other.1, other.0
+            )
+        } else {
+            format!(
+                "{} also defines __jit_debug_descriptor, at {:#x}, with no entries{}",
+                other.0,
+                other.1,
+                if i < chosen {
+                    " (skipped for the next one in load order)"
+                } else {
+                    ""
+                }
+            )
+        });
+    }
+    Ok(Located {
+        addr: *addr,
+        file: file.clone(),
+        bias: *bias,
+        how: how.clone(),
+        notes,
+        problems,
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The entry list
+
+/// What `inspect` read from a core: the descriptor, the entry list and every problem met.
+pub(crate) struct Report {
+    /// Run-time address of `__jit_debug_descriptor`.
+    pub(crate) descriptor: u64,
+    /// The file that defines it: the program, or one of its shared libraries.
+    pub(crate) descriptor_file: String,
+    /// Load bias of that file, and how it was found.
+    pub(crate) bias: u64,
+    pub(crate) bias_how: String,
+    /// Facts about the choice of that file (not problems).
+    pub(crate) notes: Vec<String>,
+    pub(crate) list: ListReport,
+    /// Problems outside any one payload (core headers, the list itself).
+    pub(crate) problems: Vec<String>,
+}
+
 impl Report {
-    fn entries(&self) -> &[ListEntry] {
+    pub(crate) fn entries(&self) -> &[ListEntry] {
         &self.list.entries
     }
 
     /// The symbolizer of every function, with the newest registration owning shared
     /// addresses.
-    fn symbolizer(&self) -> Symbolizer {
+    pub(crate) fn symbolizer(&self) -> Symbolizer {
         Symbolizer::new(self.list.functions_oldest_first().cloned().collect())
     }
 
     /// Every problem, the payloads' included, as lines.
-    fn all_problems(&self) -> Vec<String> {
+    pub(crate) fn all_problems(&self) -> Vec<String> {
         let mut out = self.problems.clone();
         for (i, e) in self.entries().iter().enumerate() {
             match &e.result {
@@ -481,23 +936,42 @@ fn list_problem(p: &ListProblem) -> String {
     }
 }
 
+/// Reads the JIT list of `core`, dumped by `exe`, without GDB: the launcher's pre-check and
+/// every `inspect` action. `Err` only when nothing could be read (unreadable files, no
+/// descriptor); damage found on the way is in [`Report::all_problems`].
+pub(crate) fn check(core: &Path, exe: &Path) -> Result<Report, String> {
+    inspect(core, exe)
+}
+
 fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
-    let read = |what: &str, p: &Path| {
-        std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
+    let core_data = FileBytes::open("core file", core_path)?;
+    let exe_data = FileBytes::open("program", exe)?;
+    let core =
+        Core::parse(core_data.bytes()).map_err(|e| format!("{}: {e}", core_path.display()))?;
+    let prog = program(exe_data.bytes()).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let exe_bias = load_bias(&core, &prog, exe);
+    let located = match (prog.descriptor, exe_bias) {
+        (Some(symbol), Ok((bias, how))) => Located {
+            addr: symbol.wrapping_add(bias),
+            file: exe.display().to_string(),
+            bias,
+            how,
+            notes: Vec::new(),
+            problems: Vec::new(),
+        },
+        (Some(_), Err(e)) => return Err(e),
+        (None, bias) => in_libraries(&core, &prog, bias.ok().map(|b| b.0), exe)?,
     };
-    let core_data = read("core file", core_path)?;
-    let exe_data = read("program", exe)?;
-    let core = Core::parse(&core_data).map_err(|e| format!("{}: {e}", core_path.display()))?;
-    let prog = program(&exe_data).map_err(|e| format!("{}: {e}", exe.display()))?;
-    let (bias, bias_how) = load_bias(&core, &prog, exe)?;
-    let descriptor = prog.descriptor.wrapping_add(bias);
-    let list = walk_list(&core, descriptor, &Limits::default())?;
+    let list = walk_list(&core, located.addr, &Limits::default())?;
     let mut problems = core.problems.clone();
+    problems.extend(located.problems);
     problems.extend(list.problems.iter().map(list_problem));
     Ok(Report {
-        descriptor,
-        bias,
-        bias_how,
+        descriptor: located.addr,
+        descriptor_file: located.file,
+        bias: located.bias,
+        bias_how: located.how,
+        notes: located.notes,
         list,
         problems,
     })
@@ -631,9 +1105,12 @@ fn symbolize_line(s: &Symbolizer, sources: &mut SourceLines<'_>, token: &str) ->
 fn list(report: &Report, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "program load bias {:#x} ({}); descriptor at {:#x}",
-        report.bias, report.bias_how, report.descriptor
+        "descriptor: {} at {:#x} (load bias {:#x}, {})",
+        report.descriptor_file, report.descriptor, report.bias, report.bias_how
     )?;
+    for n in &report.notes {
+        writeln!(out, "note: {n}")?;
+    }
     writeln!(out, "{}", report.list.descriptor)?;
     let mut functions = 0;
     for (i, e) in report.entries().iter().enumerate() {
@@ -800,7 +1277,7 @@ fn elf_file(report: &Report, path: &Path) -> Result<Vec<String>, String> {
 
 /// Runs `inspect`; returns the exit status.
 pub fn run(o: &Options) -> Result<i32, String> {
-    let report = inspect(&o.core, &o.exe)?;
+    let report = check(&o.core, &o.exe)?;
     let mut problems = report.all_problems();
     let stdout = std::io::stdout();
     let io = |e: std::io::Error| format!("writing the report: {e}");
@@ -826,6 +1303,12 @@ pub fn run(o: &Options) -> Result<i32, String> {
         }
         Action::PerfMap(path) => problems.extend(perf_map(&report, path)?),
         Action::Elf(path) => problems.extend(elf_file(&report, path)?),
+    }
+    if o.action != Action::List {
+        // Which file the descriptor came from, when not the program (--list prints it).
+        for n in &report.notes {
+            eprintln!("jit-gdb inspect: note: {n}");
+        }
     }
     if problems.is_empty() {
         return Ok(0);
@@ -876,8 +1359,10 @@ mod tests {
     fn report_of(payload: &[u8]) -> Report {
         Report {
             descriptor: 0,
+            descriptor_file: String::new(),
             bias: 0,
             bias_how: String::new(),
+            notes: Vec::new(),
             list: ListReport {
                 descriptor: jit_interface::inspect::Descriptor {
                     addr: 0,
