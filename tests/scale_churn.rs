@@ -67,45 +67,11 @@ fn churn_under_gdb(format: &str, threads: u32, ops: u32) {
 /// Checks GDB's answers in `text` to the slot queries `q` (the host's `SCALE_HOST_QUERIES`
 /// file, `threads` x 64 slots).
 fn check_slots(q: &str, text: &str, threads: u32) {
-    // Expected: `# EXPECT ADDR NAME FILE` (or `- -`), written by the host from its live set.
-    let expected: Vec<(String, String, String)> = q
-        .lines()
-        .filter_map(|l| l.strip_prefix("# EXPECT "))
-        .map(|l| {
-            let f: Vec<&str> = l.split(' ').collect();
-            assert_eq!(f.len(), 3, "EXPECT line: {l}");
-            (f[0].to_string(), f[1].to_string(), f[2].to_string())
-        })
-        .collect();
+    let expected = slot_queries(q);
     assert_eq!(expected.len(), 64 * threads as usize, "one query per slot");
     let live = expected.iter().filter(|(_, n, _)| n != "-").count();
     assert!(live > 0, "the churn left nothing registered:\n{text}");
-    let mut wrong = Vec::new();
-    for (addr, name, file) in &expected {
-        let marker = format!("SLOT-QUERY {addr}\n");
-        let at = text
-            .find(&marker)
-            .unwrap_or_else(|| panic!("no answer for slot {addr}:\n{text}"));
-        let answer = text[at + marker.len()..].lines().next().unwrap_or("");
-        let named = answer
-            .split_once(" <")
-            .and_then(|(_, rest)| rest.split(['>', '+']).next())
-            .unwrap_or("-");
-        // A live function's first line row: line 10, at its first byte, in its file.
-        // GDB names the file as registered, or (a bare reader, the file absent) by its
-        // cache path.
-        let line_ok = name == "-"
-            || answer.starts_with(&format!("Line 10 of \"{file}\""))
-            || answer
-                .strip_prefix("Line 10 of \"")
-                .and_then(|a| a.split_once('"'))
-                .is_some_and(|(shown, _)| is_cached_name(shown, file));
-        if named != name || !line_ok {
-            wrong.push(format!(
-                "{addr}: host has {name} in {file}, GDB says `{answer}`"
-            ));
-        }
-    }
+    let wrong = wrong_slot_answers(&expected, text, 10);
     assert!(
         wrong.is_empty(),
         "GDB's view differs from the live set ({live} live) at {} slot(s):\n{}",

@@ -15,6 +15,7 @@
 //!                                       all, one by one (oldest or newest first) or in
 //!                                       one call;
 //!                                       print timing
+//! scale_host gapfill N compact|elf   code in gaps later, holes reused: see `gapfill`
 //! scale_host touch PAGES               write a byte to each of PAGES fresh pages; print
 //!                                       the time per page (a page fault each)
 //! scale_host churn T OPS compact|elf    T threads each register/unregister OPS times;
@@ -522,6 +523,111 @@ fn touch(pages: u64) {
 /// Code slots per `churn` thread.
 const SLOTS: u64 = 64;
 
+/// `gapfill N compact|elf`: code with gaps, and code put in those gaps later, as a runtime
+/// whose allocator fills holes does. Registers N functions one by one, 256 bytes apart
+/// (64-byte functions, 192 free bytes after each); then functions inside some of those gaps
+/// (ELF and compact in turns); then unregisters every 50th of the first ones and registers
+/// new functions where they were; then (ELF) an object of 100 gapped functions alone, and
+/// tries one inside its gaps, which must be refused (printed as `REFUSED: ...`). Writes
+/// `SCALE_HOST_QUERIES` (`# EXPECT ADDR NAME FILE` and an `info line` per live function,
+/// and per free gap address, expected `-`), and stops in `scale_host_checkpoint`.
+fn gapfill(n: u64, format: Format) {
+    const STRIDE: u64 = 256;
+    let base = code_area(n * STRIDE / FN_SIZE + 200 * STRIDE / FN_SIZE);
+    let mut live: Vec<(u64, String, &str, Option<Registration>)> = Vec::new();
+    let one = |name: String, at: u64, file: &'static str, format: Format| {
+        let mut obj = JitObject::new();
+        add_in(&mut obj, &name, 0, at, file);
+        let r = jit_interface::register(&obj, format).expect("register");
+        (at, name, file, Some(r))
+    };
+    for j in 0..n {
+        live.push(one(
+            format!("gold_{j:05}"),
+            base + j * STRIDE,
+            "scale.js",
+            format,
+        ));
+    }
+    let mut filled = std::collections::HashSet::new();
+    for k in 0..n / 20 {
+        let j = k * 37 % n;
+        filled.insert(j);
+        let f = if k % 2 == 0 {
+            Format::Elf
+        } else {
+            Format::Compact
+        };
+        live.push(one(
+            format!("gfill_{k:05}"),
+            base + j * STRIDE + 96,
+            "fill.js",
+            f,
+        ));
+    }
+    for j in (0..n as usize).step_by(50) {
+        drop(live[j].3.take());
+        live.push(one(
+            format!("gagain_{j:05}"),
+            base + j as u64 * STRIDE,
+            "again.js",
+            format,
+        ));
+    }
+    let big_base = base + n * STRIDE;
+    let big = (format == Format::Elf).then(|| {
+        let mut obj = JitObject::new();
+        for i in 0..100 {
+            add_in(
+                &mut obj,
+                &format!("gbig_{i:03}"),
+                i,
+                big_base + i * STRIDE,
+                "big.js",
+            );
+        }
+        let r = jit_interface::register(&obj, format).expect("register the big object");
+        let mut inside = JitObject::new();
+        add_in(
+            &mut inside,
+            "ginside",
+            0,
+            big_base + 10 * STRIDE + 96,
+            "fill.js",
+        );
+        match jit_interface::register(&inside, format) {
+            Ok(_) => println!("NOT REFUSED: code inside the big object's gaps was registered"),
+            Err(e) => println!("REFUSED: {e}"),
+        }
+        r
+    });
+    let mut q = String::new();
+    let mut expect = |addr: u64, name: &str, file: &str| {
+        q += &format!(
+            "# EXPECT {addr:#x} {name} {file}\necho SLOT-QUERY {addr:#x}\\n\ninfo line *{addr:#x}\n"
+        );
+    };
+    for (at, name, file, reg) in &live {
+        if reg.is_some() {
+            expect(*at, name, file);
+        }
+    }
+    if big.is_some() {
+        for i in 0..100 {
+            expect(big_base + i * STRIDE, &format!("gbig_{i:03}"), "big.js");
+        }
+        expect(big_base + 10 * STRIDE + 96, "-", "-");
+    }
+    for j in (0..n).step_by(7).filter(|j| !filled.contains(j)) {
+        expect(base + j * STRIDE + 128, "-", "-");
+    }
+    let path = std::env::var_os("SCALE_HOST_QUERIES").unwrap_or_else(|| "queries.gdb".into());
+    std::fs::write(path, q).expect("write the query file");
+    scale_host_checkpoint(live.iter().filter(|l| l.3.is_some()).count());
+    drop(big);
+    std::process::exit(0);
+}
+
 fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
     let base = code_area(threads * SLOTS);
     let t0 = Instant::now();
@@ -681,6 +787,7 @@ fn main() {
         Some("unreg") => unregister_some(num(2), num(3), format_arg(&args[4])),
         Some("tier") => tier(num(2), num(3), format_arg(&args[4])),
         Some("drain") => drain(num(2), format_arg(&args[3]), &args[4]),
+        Some("gapfill") => gapfill(num(2), format_arg(&args[3])),
         Some("churn") => churn(
             num(2),
             num(3),

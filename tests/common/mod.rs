@@ -920,3 +920,51 @@ pub fn package_example(package: &str, name: &str) -> PathBuf {
     );
     profile_dir.join("examples").join(name)
 }
+
+/// The `# EXPECT ADDR NAME FILE` lines of a scale host's query file (`-` for NAME and FILE:
+/// nothing registered there).
+pub fn slot_queries(q: &str) -> Vec<(String, String, String)> {
+    q.lines()
+        .filter_map(|l| l.strip_prefix("# EXPECT "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.len(), 3, "EXPECT line: {l}");
+            (f[0].to_string(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
+/// GDB's answers in `text` (`SLOT-QUERY ADDR`, then `info line *ADDR`) that differ from
+/// `expected`: a live function's line `line` at its first byte, in its file (as registered,
+/// or by its cache path), named after it; nothing for `-`.
+pub fn wrong_slot_answers(
+    expected: &[(String, String, String)],
+    text: &str,
+    line: u32,
+) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (addr, name, file) in expected {
+        let marker = format!("SLOT-QUERY {addr}\n");
+        let at = text
+            .find(&marker)
+            .unwrap_or_else(|| panic!("no answer for slot {addr}:\n{text}"));
+        let answer = text[at + marker.len()..].lines().next().unwrap_or("");
+        let named = answer
+            .split_once(" <")
+            .and_then(|(_, rest)| rest.split(['>', '+']).next())
+            .unwrap_or("-");
+        let starts = format!("Line {line} of \"");
+        let line_ok = name == "-"
+            || answer.starts_with(&format!("{starts}{file}\""))
+            || answer
+                .strip_prefix(&starts)
+                .and_then(|a| a.split_once('"'))
+                .is_some_and(|(shown, _)| is_cached_name(shown, file));
+        if named != name || !line_ok {
+            wrong.push(format!(
+                "{addr}: host has {name} in {file}, GDB says `{answer}`"
+            ));
+        }
+    }
+    wrong
+}
