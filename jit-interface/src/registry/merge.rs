@@ -10,7 +10,7 @@ use super::batch::{decode_record, Batch, EntryCell, Kind, Place, Slot};
 use super::growing::lossless;
 use super::route::Context;
 use super::state::{offset32, Batches, State};
-use super::territory::split_gaps;
+use super::territory::spans_gaps;
 use super::Format;
 use crate::descriptor::DebuggerList;
 use crate::error::Result;
@@ -111,7 +111,7 @@ impl<L: DebuggerList> State<L> {
                 };
                 let arch = models.first().map_or(Arch::X86_64, |m| m.arch());
                 let mut spanning = Vec::new();
-                let buf = if split_gaps() {
+                let buf = if !spans_gaps(self.list.attached()) {
                     crate::elf::encode_objects(arch, &models)?
                 } else {
                     let own: Vec<u32> = batches.iter().map(|&b| Batches::index(b)).collect();

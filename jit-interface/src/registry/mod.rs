@@ -193,7 +193,7 @@ fn register_in<L: DebuggerList, S: DerefMut<Target = State<L>>>(
         let mut scratch = scratch.borrow_mut();
         // Encode before taking the lock: registrations from several threads encode in
         // parallel.
-        let own = encode(object, format, &route, &mut scratch)?;
+        let own = encode(object, format, &route, ctx.attached, &mut scratch)?;
         let functions32 = u32::try_from(functions).map_err(|_| crate::Error::Unsupported {
             format: format.into(),
             why: format!("{functions} functions in one object"),
@@ -225,6 +225,7 @@ fn encode(
     object: &JitObject,
     format: Format,
     route: &Route,
+    attached: bool,
     scratch: &mut Vec<u8>,
 ) -> Result<Encoded> {
     // The slot is assigned under the lock; its address and key are patched in.
@@ -262,7 +263,7 @@ fn encode(
             let model = (!route.entry.alone).then(|| Arc::new(object.clone()));
             // The gaps between one object's functions are taken to be its own (checked under
             // the lock against the other live objects: `State::place`).
-            let spans = if territory::split_gaps() {
+            let spans = if !territory::spans_gaps(attached) {
                 crate::elf::Spans::Padding
             } else {
                 crate::elf::Spans::Free(&|_, _| true)

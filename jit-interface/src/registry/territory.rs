@@ -11,7 +11,8 @@
 //! from (an object alone in its entry for good), the registration is refused, naming both.
 //!
 //! Code registered by another producer in the same process (LLVM's JIT sharing the list)
-//! is not known here; `JIT_GDB_SPLIT_GAPS=1` turns spanning off for such processes.
+//! is not known here; `JIT_GDB_SPLIT_GAPS=1` turns spanning off for such processes. Only
+//! entries encoded while a debugger is attached span gaps (see `spans_gaps`).
 //!
 //! Cost: one ordered-map insert per registration and one removal per unregistration (the
 //! object's extent), one lookup per registration in the map of spanning sections (empty
@@ -49,10 +50,15 @@ pub(super) struct Territory {
     spans_of: HashMap<u64, Vec<u64>>,
 }
 
-/// Is spanning gaps turned off for this process (`JIT_GDB_SPLIT_GAPS=1`)?
-pub(super) fn split_gaps() -> bool {
+/// May an entry encoded now span gaps? Only while a debugger is attached (where each
+/// section costs at every stop), and unless `JIT_GDB_SPLIT_GAPS=1` turned it off. Entries
+/// written without a debugger keep one section per run of adjacent code: LLDB attaching
+/// later was seen naming an unregistered function for a hole of a rewritten entry whose
+/// section spanned it (GDB named nothing there).
+pub(super) fn spans_gaps(attached: bool) -> bool {
     static SPLIT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SPLIT.get_or_init(|| std::env::var_os("JIT_GDB_SPLIT_GAPS").is_some_and(|v| v == "1"))
+    attached
+        && !*SPLIT.get_or_init(|| std::env::var_os("JIT_GDB_SPLIT_GAPS").is_some_and(|v| v == "1"))
 }
 
 impl Territory {
