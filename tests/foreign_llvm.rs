@@ -6,8 +6,9 @@
 //! the core with the entry's DWARF damaged checks that the damage is reported for that
 //! entry alone, and that `jit break` refuses a function that covers no code.
 //!
-//! Not covered here: LLVM and jit-interface registering into one list in one process (that
-//! needs a host linking libLLVM).
+//! A C host linking Debian's libLLVM and jit-interface (compiled here with `cc`) checks that
+//! both runtimes register into one list, the executable's, and that the commands and the
+//! inspector see both kinds of entries.
 
 mod common;
 #[path = "reader_support/mod.rs"]
@@ -78,6 +79,168 @@ const NAMES: [&str; 2] = ["jit_leaf", "main"];
 /// Offsets from `jit_leaf`'s first byte compared at the breakpoint there (MCJIT's code for
 /// it is 0x17 bytes: every line of it and both ends).
 const LEAF_OFFSETS: [u64; 6] = [0, 4, 7, 0xb, 0x10, 0x16];
+
+/// The mixed host: registers `ours` through jit-interface, then compiles the IR file it is
+/// given with MCJIT through LLVM's C API (declared here: no LLVM headers needed) and calls
+/// both; each calls `mixed_probe`.
+const MIXED_C: &str = r#"/* LLVM's MCJIT and jit-interface in one process: both register with GDB through the one
+ * __jit_debug_descriptor. The LLVM C API is declared here (no LLVM headers needed): the
+ * program links Debian's libLLVM-14.so.1 directly. */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "jit_interface.h"
+
+typedef struct LLVMOpaqueContext *LLVMContextRef;
+typedef struct LLVMOpaqueMemoryBuffer *LLVMMemoryBufferRef;
+typedef struct LLVMOpaqueModule *LLVMModuleRef;
+typedef struct LLVMOpaqueExecutionEngine *LLVMExecutionEngineRef;
+typedef int LLVMBool;
+struct LLVMMCJITCompilerOptions {
+    unsigned OptLevel;
+    int CodeModel;
+    LLVMBool NoFramePointerElim;
+    LLVMBool EnableFastISel;
+    void *MCJMM;
+};
+LLVMContextRef LLVMContextCreate(void);
+LLVMMemoryBufferRef LLVMCreateMemoryBufferWithMemoryRangeCopy(const char *, size_t, const char *);
+LLVMBool LLVMParseIRInContext(LLVMContextRef, LLVMMemoryBufferRef, LLVMModuleRef *, char **);
+void LLVMLinkInMCJIT(void);
+void LLVMInitializeX86TargetInfo(void);
+void LLVMInitializeX86Target(void);
+void LLVMInitializeX86TargetMC(void);
+void LLVMInitializeX86AsmPrinter(void);
+void LLVMInitializeMCJITCompilerOptions(struct LLVMMCJITCompilerOptions *, size_t);
+LLVMBool LLVMCreateMCJITCompilerForModule(LLVMExecutionEngineRef *, LLVMModuleRef,
+                                          struct LLVMMCJITCompilerOptions *, size_t, char **);
+uint64_t LLVMGetFunctionAddress(LLVMExecutionEngineRef, const char *);
+
+/* Called by both JITs' code: the place to stop. */
+__attribute__((noinline)) void mixed_probe(void) {
+    __asm__ volatile("" ::: "memory");
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s PROGRAM.ll\n", argv[0]);
+        return 2;
+    }
+    /* Ours first: `ours` calls mixed_probe and returns 7. */
+    uint8_t *code = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (code == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    uint8_t *p = code;
+    uint64_t probe = (uint64_t)(uintptr_t)&mixed_probe;
+    *p++ = 0x55;                                  /*  0: push rbp       */
+    memcpy(p, "\x48\x89\xe5", 3), p += 3;         /*  1: mov rbp, rsp   */
+    memcpy(p, "\x48\xb8", 2), p += 2;             /*  4: mov rax, probe */
+    memcpy(p, &probe, 8), p += 8;
+    memcpy(p, "\xff\xd0", 2), p += 2;             /* 14: call rax       */
+    memcpy(p, "\xb8\x07\x00\x00\x00", 5), p += 5; /* 16: mov eax, 7     */
+    *p++ = 0x5d;                                  /* 21: pop rbp        */
+    *p++ = 0xc3;                                  /* 22: ret            */
+    uint32_t size = (uint32_t)(p - code);
+    if (mprotect(code, 4096, PROT_READ | PROT_EXEC) != 0) {
+        perror("mprotect");
+        return 1;
+    }
+    jit_object *obj = jit_object_new();
+    int32_t f = jit_object_add_function(obj, "ours", (uint64_t)(uintptr_t)code, size);
+    const jit_line rows[] = {{0, 1}, {4, 2}, {16, 3}, {21, 4}};
+    if (f < 0 || jit_object_set_lines(obj, f, "ours.js", rows, 4) != 0 ||
+        jit_object_set_frame_pointer(obj, f, 1, 4) != 0 ||
+        jit_object_add_epilogue(obj, f, 22, 23) != 0) {
+        fprintf(stderr, "describing ours: %s\n", jit_last_error());
+        return 1;
+    }
+    jit_registration *reg = jit_register(obj, JIT_FORMAT_ELF);
+    if (reg == NULL) {
+        fprintf(stderr, "jit_register: %s\n", jit_last_error());
+        return 1;
+    }
+
+    /* Then LLVM's: the IR file through MCJIT. */
+    FILE *in = fopen(argv[1], "rb");
+    static char ir[1 << 16];
+    size_t n = in ? fread(ir, 1, sizeof ir, in) : 0;
+    if (n == 0) {
+        perror(argv[1]);
+        return 1;
+    }
+    LLVMLinkInMCJIT();
+    LLVMInitializeX86TargetInfo();
+    LLVMInitializeX86Target();
+    LLVMInitializeX86TargetMC();
+    LLVMInitializeX86AsmPrinter();
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef mod;
+    char *err = NULL;
+    if (LLVMParseIRInContext(ctx, LLVMCreateMemoryBufferWithMemoryRangeCopy(ir, n, argv[1]), &mod,
+                             &err)) {
+        fprintf(stderr, "IR: %s\n", err);
+        return 1;
+    }
+    struct LLVMMCJITCompilerOptions opts;
+    LLVMInitializeMCJITCompilerOptions(&opts, sizeof opts);
+    LLVMExecutionEngineRef ee;
+    if (LLVMCreateMCJITCompilerForModule(&ee, mod, &opts, sizeof opts, &err)) {
+        fprintf(stderr, "MCJIT: %s\n", err);
+        return 1;
+    }
+    int (*llvm_main)(void) = (int (*)(void))(uintptr_t)LLVMGetFunctionAddress(ee, "llvm_main");
+    if (llvm_main == NULL) {
+        fprintf(stderr, "no llvm_main\n");
+        return 1;
+    }
+    int (*ours)(void) = (int (*)(void))(uintptr_t)code;
+    int r = ours() + llvm_main();
+    printf("mixed: %d\n", r);
+    jit_unregister(reg);
+    return 0;
+}
+"#;
+
+/// The mixed host's IR: `llvm_main` calls `llvm_leaf`, which calls the host's `mixed_probe`
+/// (line 4) and returns (line 5).
+const MIXED_IR: &str = r#"target triple = "x86_64-pc-linux-gnu"
+
+declare void @mixed_probe()
+
+define i32 @llvm_leaf(i32 %x) !dbg !10 {
+entry:
+  call void @mixed_probe(), !dbg !13
+  %r = add i32 %x, 1, !dbg !14
+  ret i32 %r, !dbg !14
+}
+
+define i32 @llvm_main() !dbg !20 {
+entry:
+  %a = call i32 @llvm_leaf(i32 5), !dbg !21
+  ret i32 %a, !dbg !22
+}
+
+!llvm.dbg.cu = !{!0}
+!llvm.module.flags = !{!3, !4}
+!0 = distinct !DICompileUnit(language: DW_LANG_C99, file: !1, producer: "hand-written IR", isOptimized: false, runtimeVersion: 0, emissionKind: FullDebug)
+!1 = !DIFile(filename: "llvm_part.c", directory: "/src")
+!3 = !{i32 2, !"Dwarf Version", i32 4}
+!4 = !{i32 2, !"Debug Info Version", i32 3}
+!5 = !DISubroutineType(types: !6)
+!6 = !{}
+!10 = distinct !DISubprogram(name: "llvm_leaf", scope: !1, file: !1, line: 3, type: !5, scopeLine: 3, spFlags: DISPFlagDefinition, unit: !0)
+!13 = !DILocation(line: 4, column: 3, scope: !10)
+!14 = !DILocation(line: 5, column: 3, scope: !10)
+!20 = distinct !DISubprogram(name: "llvm_main", scope: !1, file: !1, line: 8, type: !5, scopeLine: 8, spFlags: DISPFlagDefinition, unit: !0)
+!21 = !DILocation(line: 9, column: 3, scope: !20)
+!22 = !DILocation(line: 10, column: 3, scope: !20)
+"#;
 
 fn jit_gdb() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_jit-gdb"))
@@ -509,4 +672,142 @@ fn lli_entry_with_damaged_dwarf_is_reported_alone() {
         all.contains(&format!("{:#018x}", main.start)) && all.contains(" main"),
         "{all}"
     );
+}
+
+/// Debian's libLLVM, as `lli` links it (from `ldd`).
+fn libllvm_of_lli() -> PathBuf {
+    let out = Command::new("sh")
+        .args(["-c", "ldd \"$(command -v lli)\""])
+        .output()
+        .expect("run ldd");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .filter(|l| l.contains("libLLVM"))
+        .find_map(|l| l.split("=>").nth(1)?.split_whitespace().next())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("lli links no libLLVM:\n{text}"))
+}
+
+/// Compiles [`MIXED_C`] against the static jit-interface library and libLLVM, exporting the
+/// executable's symbols (`-rdynamic`: MCJIT resolves `mixed_probe` there).
+fn build_mixed_host(dir: &TempDir) -> PathBuf {
+    let src = dir.join("mixed.c");
+    std::fs::write(&src, MIXED_C).expect("write mixed.c");
+    let exe = dir.join("mixed");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let out = Command::new(&cc)
+        .args([
+            "-g",
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-rdynamic",
+            "-I",
+        ])
+        .arg(root.join("jit-interface/include"))
+        .arg(&src)
+        .arg(common::testhosts_dir().join("libjit_interface.a"))
+        .arg(libllvm_of_lli())
+        .args(["-lpthread", "-ldl", "-lm", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run the C compiler `{cc}`: {e}"));
+    assert!(
+        out.status.success(),
+        "compiling the mixed host failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    exe
+}
+
+#[test]
+fn llvm_and_jit_interface_share_one_list() {
+    let test = "llvm_and_jit_interface_share_one_list";
+    if !tools(test) || !require_tool("cc", test) {
+        return;
+    }
+    let dir = TempDir::new("foreign-llvm-mixed");
+    let exe = build_mixed_host(&dir);
+    let ir = dir.join("mixed.ll");
+    std::fs::write(&ir, MIXED_IR).expect("write mixed.ll");
+    let core = dir.join("mixed.core");
+    let mut g = with_scripts(Gdb::program(&exe, &[ir.to_str().unwrap()], dir.path()))
+        .cmd("break mixed_probe")
+        .section("ours_stop", ["run", "bt"])
+        .cmd("up");
+    g = probe(g, "ours", "$pc-1");
+    g = g
+        .section("llvm_stop", ["continue", "bt"])
+        .cmd(select_frame_named("llvm_leaf"));
+    g = probe(g, "llvm_leaf", "$pc-1");
+    g = g.cmd(select_frame_named("llvm_main"));
+    g = probe(g, "llvm_main", "$pc-1");
+    let t = g
+        .section("list", ["jit list"])
+        .section("descriptor", ["info symbol &__jit_debug_descriptor"])
+        .section("gcore", [format!("gcore {}", core.display())])
+        .run();
+
+    // Each JIT's frames named by GDB from its own entry.
+    t.assert_contains(Some("ours_stop"), "in ours () at ours.js:2");
+    t.assert_contains(Some("llvm_stop"), "in llvm_leaf () at llvm_part.c:4");
+    t.assert_contains(Some("llvm_stop"), "in llvm_main () at llvm_part.c:9");
+    // One descriptor, the executable's (libLLVM's own is not used).
+    let descriptor = t.section("descriptor");
+    if !descriptor.contains("in section .data of") || !descriptor.contains(&*exe.to_string_lossy())
+    {
+        t.fail("__jit_debug_descriptor is not the executable's");
+    }
+    // `jit list`: both runtimes' functions, from two entries of the one list.
+    let rows = list_rows(&t, "list");
+    let mut names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    names.sort_unstable();
+    if names != ["llvm_leaf", "llvm_main", "ours"] {
+        t.fail(&format!("`jit list` shows {names:?}"));
+    }
+    let entry = |n: &str| rows.iter().find(|r| r.name == n).unwrap().entry;
+    if entry("ours") == entry("llvm_leaf") || entry("llvm_leaf") != entry("llvm_main") {
+        t.fail("expected ours in one entry, LLVM's functions in another");
+    }
+    t.assert_contains(Some("list"), "3 JIT functions (3 registered in 2 entries).");
+    // `jit symbolize` agrees with GDB in every JIT frame.
+    let answers: Vec<Answer> = ["ours", "llvm_leaf", "llvm_main"]
+        .iter()
+        .map(|s| agree(&t, s))
+        .collect();
+    assert_eq!(
+        answers
+            .iter()
+            .map(|a| (a.name.as_str(), a.file.as_str(), a.line))
+            .collect::<Vec<_>>(),
+        [
+            ("ours", "ours.js", 2),
+            ("llvm_leaf", "llvm_part.c", 4),
+            ("llvm_main", "llvm_part.c", 9)
+        ]
+    );
+
+    // The inspector on the core, with the executable that holds the descriptor.
+    assert!(core.is_file(), "gcore wrote no core");
+    let addrs: Vec<String> = answers.iter().map(|a| format!("{:#x}", a.addr)).collect();
+    let mut args = vec!["--symbolize"];
+    args.extend(addrs.iter().map(String::as_str));
+    let out = inspect(&core, &exe, &args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let got: Vec<Option<Answer>> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(parse_symbolize)
+        .collect();
+    let want: Vec<Option<Answer>> = answers.iter().cloned().map(Some).collect();
+    assert_eq!(got, want, "{}", text(&out));
+}
+
+/// GDB's Python selecting the innermost frame of function `name`.
+fn select_frame_named(name: &str) -> String {
+    format!(
+        "python exec(\"f = gdb.newest_frame()\\nwhile f is not None and f.name() != '{name}':\\n    f = f.older()\\nf.select()\")"
+    )
 }

@@ -18,6 +18,9 @@ struct RelocWriter {
     out: gw::EndianVec<RunTimeEndian>,
     /// (offset in the section, width in bytes, target, addend).
     relocs: Vec<(u64, u8, Target, i64)>,
+    /// Write the final values instead, as a linker does for an image: `.text` at [`BASE`],
+    /// every other section at 0.
+    linked: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -27,10 +30,11 @@ enum Target {
 }
 
 impl RelocWriter {
-    fn new() -> RelocWriter {
+    fn new(linked: bool) -> RelocWriter {
         RelocWriter {
             out: gw::EndianVec::new(RunTimeEndian::Little),
             relocs: Vec::new(),
+            linked,
         }
     }
 }
@@ -52,6 +56,9 @@ impl gw::Writer for RelocWriter {
     fn write_address(&mut self, address: gw::Address, size: u8) -> gw::Result<()> {
         match address {
             gw::Address::Constant(v) => self.write_udata(v, size),
+            gw::Address::Symbol { addend, .. } if self.linked => {
+                self.write_udata(BASE.wrapping_add(addend as u64), size)
+            }
             gw::Address::Symbol { addend, .. } => {
                 // The field holds 0, as in LLVM's objects: only the relocation knows.
                 self.relocs
@@ -61,6 +68,9 @@ impl gw::Writer for RelocWriter {
         }
     }
     fn write_offset(&mut self, val: usize, section: SectionId, size: u8) -> gw::Result<()> {
+        if self.linked {
+            return self.write_udata(val as u64, size);
+        }
         self.relocs.push((
             self.len() as u64,
             size,
@@ -76,6 +86,9 @@ impl gw::Writer for RelocWriter {
         section: SectionId,
         size: u8,
     ) -> gw::Result<()> {
+        if self.linked {
+            return self.write_udata_at(offset, val as u64, size);
+        }
         self.relocs
             .push((offset as u64, size, Target::Section(section), val as i64));
         self.write_udata_at(offset, 0, size)
@@ -86,7 +99,7 @@ impl gw::Writer for RelocWriter {
 /// `beta` [0x10, 0x20) line 9, and `gamma` [0x20, 0x30) line 12, which has no symbol
 /// (only a DW_TAG_subprogram names it). `.debug_str` starts with a producer string, the
 /// name every unrelocated DW_AT_name reads.
-fn dwarf_sections() -> gw::Sections<RelocWriter> {
+fn dwarf_sections(linked: bool) -> gw::Sections<RelocWriter> {
     let encoding = gimli::Encoding {
         format: gimli::Format::Dwarf32,
         version: 4,
@@ -147,7 +160,7 @@ fn dwarf_sections() -> gw::Sections<RelocWriter> {
         );
         die.set(gimli::DW_AT_high_pc, gw::AttributeValue::Udata(0x10));
     }
-    let mut sections = gw::Sections::new(RelocWriter::new());
+    let mut sections = gw::Sections::new(RelocWriter::new(linked));
     dwarf.write(&mut sections).expect("write the DWARF");
     sections
 }
@@ -170,6 +183,23 @@ fn set_section_address(bytes: &mut [u8], name: &str, addr: u64) {
 /// DWARF of [`dwarf_sections`] with `.rela.debug_*`, plus `extra` relocations added to
 /// `.debug_info` (offset, type) against `.text`.
 pub(super) fn relocatable_object(extra: &[(u64, elf::RelocationType)]) -> Vec<u8> {
+    build(Shape::Relocatable, extra)
+}
+
+/// What [`build`] makes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    /// ET_REL with `.rela.debug_*` (LLVM's MCJIT objects).
+    Relocatable,
+    /// ET_REL with symbols and no DWARF at all.
+    SymbolsOnly,
+    /// A linked image of this ELF type (ET_DYN, ET_EXEC): symbol values and DWARF hold
+    /// final addresses, nothing to relocate.
+    Image(elf::FileType),
+}
+
+fn build(shape: Shape, extra: &[(u64, elf::RelocationType)]) -> Vec<u8> {
+    let linked = matches!(shape, Shape::Image(_));
     let mut obj = WObject::new(
         object::BinaryFormat::Elf,
         object::Architecture::X86_64,
@@ -180,7 +210,7 @@ pub(super) fn relocatable_object(extra: &[(u64, elf::RelocationType)]) -> Vec<u8
     for (name, value) in [("alpha", 0u64), ("beta", 0x10)] {
         obj.add_symbol(ow::Symbol {
             name: name.as_bytes().to_vec(),
-            value,
+            value: if linked { BASE + value } else { value },
             size: 0x10,
             kind: object::SymbolKind::Text,
             scope: object::SymbolScope::Linkage,
@@ -190,8 +220,13 @@ pub(super) fn relocatable_object(extra: &[(u64, elf::RelocationType)]) -> Vec<u8
         });
     }
     let text_symbol = obj.section_symbol(text);
+    if shape == Shape::SymbolsOnly {
+        let mut bytes = obj.write().unwrap();
+        set_section_address(&mut bytes, ".text", BASE);
+        return bytes;
+    }
 
-    let sections = dwarf_sections();
+    let sections = dwarf_sections(linked);
     let mut ids: Vec<(SectionId, ow::SectionId, SymbolId)> = Vec::new();
     sections
         .for_each(|id, w| -> Result<(), ()> {
@@ -230,9 +265,10 @@ pub(super) fn relocatable_object(extra: &[(u64, elf::RelocationType)]) -> Vec<u8
             Ok(())
         })
         .unwrap();
-    assert!(
+    assert_eq!(
         relocs.iter().any(|r| r.3 == text_symbol),
-        "the DWARF has no address relocation"
+        !linked,
+        "address relocations only in a relocatable object"
     );
     for (sid, offset, size, symbol, addend) in relocs {
         let r_type = if size == 8 {
@@ -270,6 +306,9 @@ pub(super) fn relocatable_object(extra: &[(u64, elf::RelocationType)]) -> Vec<u8
     }
     let mut bytes = obj.write().unwrap();
     set_section_address(&mut bytes, ".text", BASE);
+    if let Shape::Image(e_type) = shape {
+        bytes[16..18].copy_from_slice(&e_type.0.to_le_bytes());
+    }
     bytes
 }
 
@@ -414,4 +453,61 @@ fn damaged_relocatable_dwarf_keeps_the_symbols() {
         .map(|f| (f.name.as_str(), f.start))
         .collect();
     assert_eq!(got, [("alpha", BASE), ("beta", BASE + 0x10)]);
+}
+
+/// Linked images (ET_DYN, ET_EXEC) are read as they are: symbol values and DWARF
+/// addresses are final, as GDB takes them.
+#[test]
+fn linked_images_use_their_addresses_as_they_are() {
+    for e_type in [elf::ET_DYN, elf::ET_EXEC] {
+        let bytes = build(Shape::Image(e_type), &[]);
+        let file = object::File::parse(&*bytes).unwrap();
+        assert_ne!(file.kind(), object::ObjectKind::Relocatable);
+        assert_eq!(
+            file.section_by_name(".debug_info")
+                .unwrap()
+                .relocations()
+                .count(),
+            0
+        );
+        let info = decode_payload(&bytes).unwrap();
+        assert!(info.problems.is_empty(), "{:?}", info.problems);
+        let got: Vec<(&str, u64, u64, Option<&str>)> = info
+            .functions
+            .iter()
+            .map(|f| (f.name.as_str(), f.start, f.size, f.file.as_deref()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("alpha", BASE, 0x10, Some("unit.jit")),
+                ("beta", BASE + 0x10, 0x10, Some("unit.jit")),
+                ("gamma", BASE + 0x20, 0x10, Some("unit.jit")),
+            ],
+            "e_type {}",
+            e_type.0
+        );
+        assert_eq!(by_name(&info, "alpha").lines, [(BASE, 3), (BASE + 8, 4)]);
+    }
+}
+
+/// A relocatable object with symbols and no DWARF: the functions at their section's
+/// address, without file or lines, and nothing reported missing.
+#[test]
+fn symbols_only_objects_give_names_and_ranges() {
+    let bytes = build(Shape::SymbolsOnly, &[]);
+    let file = object::File::parse(&*bytes).unwrap();
+    assert!(file.section_by_name(".debug_info").is_none());
+    let info = decode_payload(&bytes).unwrap();
+    assert!(info.problems.is_empty(), "{:?}", info.problems);
+    let got: Vec<(&str, u64, u64)> = info
+        .functions
+        .iter()
+        .map(|f| (f.name.as_str(), f.start, f.size))
+        .collect();
+    assert_eq!(got, [("alpha", BASE, 0x10), ("beta", BASE + 0x10, 0x10)]);
+    assert!(info
+        .functions
+        .iter()
+        .all(|f| f.file.is_none() && f.lines.is_empty()));
 }
