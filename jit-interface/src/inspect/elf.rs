@@ -176,24 +176,33 @@ const DWARF_SECTIONS: [gimli::SectionId; 10] = [
     gimli::SectionId::DebugTypes,
 ];
 
-/// How a relocation type of a DWARF section is applied: the width of the field and
-/// whether the value must fit as a signed number.
+/// How a relocation type of a DWARF section is applied: the width of the field and which
+/// values fit a 4-byte one.
 struct FieldKind {
     bytes: usize,
-    signed: bool,
+    fits: Fits,
+}
+
+#[derive(Clone, Copy)]
+enum Fits {
+    Unsigned,
+    Signed,
+    Either,
 }
 
 /// The absolute relocations DWARF uses, by ELF machine and type; `None`: not supported
 /// (reported, never guessed at). `Some(None)`: a no-op (R_*_NONE).
 fn field_kind(machine: elf::Machine, r_type: elf::RelocationType) -> Option<Option<FieldKind>> {
-    let k = |bytes, signed| Some(Some(FieldKind { bytes, signed }));
+    let k = |bytes, fits| Some(Some(FieldKind { bytes, fits }));
     match (machine, r_type) {
         (elf::EM_X86_64, elf::R_X86_64_NONE) | (elf::EM_AARCH64, elf::R_AARCH64_NONE) => Some(None),
-        (elf::EM_X86_64, elf::R_X86_64_64) | (elf::EM_AARCH64, elf::R_AARCH64_ABS64) => k(8, false),
-        (elf::EM_X86_64, elf::R_X86_64_32) => k(4, false),
-        (elf::EM_X86_64, elf::R_X86_64_32S) => k(4, true),
-        // AArch64's ABS32 accepts a value that fits either way.
-        (elf::EM_AARCH64, elf::R_AARCH64_ABS32) => k(4, true),
+        (elf::EM_X86_64, elf::R_X86_64_64) | (elf::EM_AARCH64, elf::R_AARCH64_ABS64) => {
+            k(8, Fits::Either)
+        }
+        (elf::EM_X86_64, elf::R_X86_64_32) => k(4, Fits::Unsigned),
+        (elf::EM_X86_64, elf::R_X86_64_32S) => k(4, Fits::Signed),
+        // AArch64's ABS32 takes a value that fits as signed or as unsigned.
+        (elf::EM_AARCH64, elf::R_AARCH64_ABS32) => k(4, Fits::Either),
         _ => None,
     }
 }
@@ -216,11 +225,16 @@ fn relocate<'a>(
         _ => elf::EM_NONE,
     };
     let mut out: Option<Vec<u8>> = None;
-    // (cause, first offset, count): causes in the order first met.
+    // (cause, first offset, count), causes in the order first met; `seen` finds a cause's
+    // place (a damaged object may fail every one of millions of relocations).
     let mut failed: Vec<(String, u64, usize)> = Vec::new();
-    let mut fail = |cause: String, offset: u64| match failed.iter_mut().find(|f| f.0 == cause) {
-        Some(f) => f.2 += 1,
-        None => failed.push((cause, offset, 1)),
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut fail = |cause: String, offset: u64| match seen.get(&cause) {
+        Some(&i) => failed[i].2 += 1,
+        None => {
+            seen.insert(cause.clone(), failed.len());
+            failed.push((cause, offset, 1));
+        }
     };
     for (offset, reloc) in section.relocations() {
         let RelocationFlags::Elf { r_type } = reloc.flags() else {
@@ -261,7 +275,7 @@ fn relocate<'a>(
                 b[..kind.bytes].reverse();
             }
             let v = u64::from_le_bytes(b);
-            if kind.signed && kind.bytes == 4 {
+            if matches!(kind.fits, Fits::Signed) && kind.bytes == 4 {
                 i64::from(v as u32 as i32)
             } else {
                 v as i64
@@ -277,16 +291,21 @@ fn relocate<'a>(
             }
         };
         let value = base.wrapping_add(addend as u64);
+        let (signed_ok, unsigned_ok) = (
+            i32::try_from(value as i64).is_ok(),
+            u32::try_from(value).is_ok(),
+        );
         let fits = kind.bytes == 8
-            || if kind.signed {
-                i32::try_from(value as i64).is_ok()
-            } else {
-                u32::try_from(value).is_ok()
+            || match kind.fits {
+                Fits::Signed => signed_ok,
+                Fits::Unsigned => unsigned_ok,
+                Fits::Either => signed_ok || unsigned_ok,
             };
         if !fits {
+            // The value stays out of the cause: one line for all such relocations.
             fail(
                 format!(
-                    "relocation type {}: value {value:#x} does not fit its {}-byte field",
+                    "relocation type {}: the value does not fit its {}-byte field",
                     r_type.0, kind.bytes
                 ),
                 offset,

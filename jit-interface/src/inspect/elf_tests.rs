@@ -511,3 +511,18 @@ fn symbols_only_objects_give_names_and_ranges() {
         .iter()
         .all(|f| f.file.is_none() && f.lines.is_empty()));
 }
+
+/// A 4-byte field cannot hold `.text`'s address: named once for all such relocations,
+/// with the first one's offset, and the field left as stored.
+#[test]
+fn relocated_values_too_wide_for_their_field_are_named_problems() {
+    let bytes = relocatable_object(&[(0x20, elf::R_X86_64_32), (0x24, elf::R_X86_64_32S)]);
+    let info = decode_payload(&bytes).unwrap();
+    for (r_type, offset) in [(elf::R_X86_64_32, 0x20), (elf::R_X86_64_32S, 0x24)] {
+        let want = format!(
+            "section .debug_info: relocation type {}: the value does not fit its 4-byte field at offset {offset:#x}: the field is left unrelocated",
+            r_type.0
+        );
+        assert!(info.problems.contains(&want), "{:#?}", info.problems);
+    }
+}
