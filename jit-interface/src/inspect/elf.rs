@@ -1,7 +1,10 @@
 //! ELF payloads: FUNC symbols (`object`), then the line programs and subprograms of the DWARF
 //! (`gimli`) for source files and lines. Reads our encoder's objects and other runtimes'
 //! (LLVM registers relocatable objects too): in a relocatable object a symbol's value is an
-//! offset in its section, whose `sh_addr` the runtime set to the code's real address.
+//! offset in its section, whose `sh_addr` the runtime set to the code's real address, and the
+//! DWARF sections' relocations (`.rela.debug_info`, ...) are applied against those addresses
+//! first, as GDB does: LLVM's MCJIT leaves every name and address of its DWARF to them.
+//! Linked images (ET_DYN, ET_EXEC) are read at the addresses they hold.
 //!
 //! A damaged symbol or DWARF unit is reported in [`PayloadInfo::problems`] and the rest of
 //! the payload is still used; only a file `object` cannot parse at all is refused.
