@@ -365,28 +365,93 @@ def _read(addr, size, what):
         raise JitError("cannot read %s at 0x%x: %s" % (what, addr, e))
 
 
+_NO_SYMBOL = re.compile(r"^No symbol [\"'](?P<name>[^\"']+)[\"'] in current context")
+
+
+def _symbol_address(name):
+    """Address of the (minimal or full) symbol `name`, None if GDB has none; raises
+    gdb.error when GDB's lookup itself fails."""
+    # An expression first, in C (where a symbol without debug info has an address; Rust's
+    # expressions do not find it): a command that fails inside a new_objfile event while a
+    # program starts (a runtime in a shared library not loaded yet) makes GDB 13 lose the
+    # `run`, an expression does not.
+    language = gdb.parameter("language")
+    try:
+        gdb.execute("set language c", to_string=True)
+        return int(gdb.parse_and_eval("(unsigned long) &%s" % name)) & 0xFFFFFFFFFFFFFFFF
+    except gdb.error as e:
+        if _NO_SYMBOL.match(str(e)):
+            return None
+        # Anything else (damaged debug info on the way): `info address` below says more.
+    finally:
+        gdb.execute("set language %s" % language, to_string=True)
+    text = gdb.execute("info address %s" % name, to_string=True)
+    m = re.search(r"\bis at (0x[0-9a-fA-F]+)", text)
+    if m is None:
+        m = re.search(r"\bat address (0x[0-9a-fA-F]+)", text)
+    return int(m.group(1), 16) if m else None
+
+
+def _outermost_frame():
+    """The outermost frame GDB can reach (bounded), or None without frames."""
+    try:
+        f = gdb.newest_frame()
+        for _ in range(100000):
+            older = f.older()
+            if older is None:
+                break
+            f = older
+        return f
+    except gdb.error:
+        return None
+
+
 def descriptor_address():
     inf = gdb.selected_inferior()
     if inf is None or inf.pid == 0:
         raise JitError(
             "the program is not running: start it, attach to a process or load a core file first"
         )
-    # `info address` works for minimal symbols (the descriptor comes from a C file
-    # without debug info) whatever the current language; an expression would not.
+    # GDB looks a name up from the selected frame's scope first: stopped in code whose
+    # debug info is damaged (a JIT entry's DWARF), the lookup fails on that DWARF before it
+    # reaches the descriptor. That says nothing about the descriptor: look again from the
+    # outermost frame (native code), and pass GDB's message on if that fails too; only a
+    # lookup that finds nothing means the program has no descriptor.
+    failures = []
     try:
-        text = gdb.execute("info address __jit_debug_descriptor", to_string=True)
-    except gdb.error:
-        text = ""
-    m = re.search(r"\bis at (0x[0-9a-fA-F]+)", text)
-    if m is None:
-        m = re.search(r"\bat address (0x[0-9a-fA-F]+)", text)
-    if m:
-        return int(m.group(1), 16)
-    else:
+        addr = _symbol_address("__jit_debug_descriptor")
+        if addr is not None:
+            return addr
+    except gdb.error as e:
+        failures.append(str(e))
+        try:
+            selected = gdb.selected_frame()
+        except gdb.error:
+            selected = None
+        outer = _outermost_frame()
+        if outer is not None and outer != selected:
+            try:
+                outer.select()
+                addr = _symbol_address("__jit_debug_descriptor")
+                if addr is not None:
+                    return addr
+            except gdb.error as e2:
+                failures.append(str(e2))
+            finally:
+                try:
+                    selected.select()
+                except (gdb.error, AttributeError):
+                    pass
+    if failures:
         raise JitError(
-            "no __jit_debug_descriptor in the program: it does not use GDB's JIT interface "
-            "(jit-interface), or its symbols were stripped"
+            "cannot look up __jit_debug_descriptor: GDB's symbol lookup failed (%s); the "
+            "debug info of a loaded file, perhaps a JIT entry, is damaged"
+            % "; ".join(dict.fromkeys(failures))
         )
+    raise JitError(
+        "no __jit_debug_descriptor in the program: it does not use GDB's JIT interface "
+        "(jit-interface), or its symbols were stripped"
+    )
 
 
 def read_descriptor():
@@ -585,6 +650,15 @@ def _matches(pattern, rx, funcs):
 def _place(funcs, why):
     n = 0
     for f in funcs:
+        # A breakpoint where no registered code is would stop nothing and, at 0 or in
+        # unmapped memory, make every later `continue` fail to insert it.
+        if f.start == 0 or f.size == 0:
+            gdb.write(
+                "jit: no breakpoint on %s (jit entry 0x%x): it covers no code (start 0x%x, "
+                "size %d); the entry's payload describes it so\n"
+                % (f.name, f.entry, f.start, f.size)
+            )
+            continue
         bp = _placed.get(f.start)
         if bp is not None and bp.is_valid():
             gdb.write("jit: %s at 0x%x already has breakpoint %d\n" % (f.name, f.start, bp.number))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages named as arguments' tools when they are missing.
-# Usage: scripts/install-tools.sh gdb lldb valgrind perf libclang
+# Usage: scripts/install-tools.sh gdb lldb valgrind perf libclang lli
 set -euo pipefail
 need=()
 for tool in "$@"; do
@@ -9,6 +9,8 @@ for tool in "$@"; do
     lldb) command -v lldb >/dev/null || need+=(lldb) ;;
     valgrind) command -v valgrind >/dev/null || need+=(valgrind) ;;
     perf) command -v perf >/dev/null || need+=(linux-perf) ;;
+    # lli (and llvm-as) of Debian's default LLVM: the foreign-producer test (tests/foreign_llvm.rs).
+    lli) { command -v lli && command -v llvm-as; } >/dev/null || need+=(llvm) ;;
     cc) command -v cc >/dev/null || need+=(gcc) ;;
     libclang) { ls /usr/lib/llvm-*/lib/libclang.so* || ldconfig -p | grep -q 'libclang\.so'; } >/dev/null 2>&1 || need+=(libclang-dev) ;;
     *) echo "install-tools.sh: unknown tool $tool" >&2; exit 2 ;;

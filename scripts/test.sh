@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): installs what the tests drive (gdb, lldb,
-# valgrind, perf, libclang for the bindings check) on a fresh Debian machine, then runs the
-# lints and the whole test suite against the real tools.
+# valgrind, perf, libclang for the bindings check, LLVM's lli for the foreign-producer test)
+# on a fresh Debian machine, then runs the lints and the whole test suite against the real
+# tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-tools.sh gdb lldb valgrind perf cc libclang
+scripts/install-tools.sh gdb lldb valgrind perf cc libclang lli
 
 echo "== format and lints"
 cargo fmt --all -- --check

@@ -1,14 +1,21 @@
 //! ELF payloads: FUNC symbols (`object`), then the line programs and subprograms of the DWARF
 //! (`gimli`) for source files and lines. Reads our encoder's objects and other runtimes'
 //! (LLVM registers relocatable objects too): in a relocatable object a symbol's value is an
-//! offset in its section, whose `sh_addr` the runtime set to the code's real address.
+//! offset in its section, whose `sh_addr` the runtime set to the code's real address, and the
+//! DWARF sections' relocations (`.rela.debug_info`, ...) are applied against those addresses
+//! first, as GDB does: LLVM's MCJIT leaves every name and address of its DWARF to them.
+//! Linked images (ET_DYN, ET_EXEC) are read at the addresses they hold.
 //!
 //! A damaged symbol or DWARF unit is reported in [`PayloadInfo::problems`] and the rest of
 //! the payload is still used; only a file `object` cannot parse at all is refused.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use object::{Object, ObjectKind, ObjectSection, ObjectSymbol, SymbolKind, SymbolSection};
+use object::{
+    elf, Object, ObjectKind, ObjectSection, ObjectSymbol, RelocationFlags, RelocationTarget,
+    SymbolKind, SymbolSection,
+};
 
 use super::{FunctionInfo, InspectError, ObjectInfo, PayloadInfo, PayloadKind, SourceInfo};
 use crate::model::Arch;
@@ -158,6 +165,203 @@ struct Row {
     file: usize,
 }
 
+/// The DWARF sections read (those of DWARF 2 to 5 that locate lines and subprograms).
+const DWARF_SECTIONS: [gimli::SectionId; 10] = [
+    gimli::SectionId::DebugAbbrev,
+    gimli::SectionId::DebugAddr,
+    gimli::SectionId::DebugInfo,
+    gimli::SectionId::DebugLine,
+    gimli::SectionId::DebugLineStr,
+    gimli::SectionId::DebugRanges,
+    gimli::SectionId::DebugRngLists,
+    gimli::SectionId::DebugStr,
+    gimli::SectionId::DebugStrOffsets,
+    gimli::SectionId::DebugTypes,
+];
+
+/// How a relocation type of a DWARF section is applied: the width of the field and which
+/// values fit a 4-byte one.
+struct FieldKind {
+    bytes: usize,
+    fits: Fits,
+}
+
+#[derive(Clone, Copy)]
+enum Fits {
+    Unsigned,
+    Signed,
+    Either,
+}
+
+/// The absolute relocations DWARF uses, by ELF machine and type; `None`: not supported
+/// (reported, never guessed at). `Some(None)`: a no-op (R_*_NONE).
+fn field_kind(machine: elf::Machine, r_type: elf::RelocationType) -> Option<Option<FieldKind>> {
+    let k = |bytes, fits| Some(Some(FieldKind { bytes, fits }));
+    match (machine, r_type) {
+        (elf::EM_X86_64, elf::R_X86_64_NONE) | (elf::EM_AARCH64, elf::R_AARCH64_NONE) => Some(None),
+        (elf::EM_X86_64, elf::R_X86_64_64) | (elf::EM_AARCH64, elf::R_AARCH64_ABS64) => {
+            k(8, Fits::Either)
+        }
+        (elf::EM_X86_64, elf::R_X86_64_32) => k(4, Fits::Unsigned),
+        (elf::EM_X86_64, elf::R_X86_64_32S) => k(4, Fits::Signed),
+        // AArch64's ABS32 takes a value that fits as signed or as unsigned.
+        (elf::EM_AARCH64, elf::R_AARCH64_ABS32) => k(4, Fits::Either),
+        _ => None,
+    }
+}
+
+/// The bytes of DWARF section `section` of a relocatable object with its relocations
+/// applied as a linker (and GDB) would: a symbol's value is its section's `sh_addr` (the
+/// address the runtime gave it) plus its offset there, and the field gets value + addend.
+/// A relocation that cannot be applied is left as stored and named in `problems`, one line
+/// per section and cause with the count.
+fn relocate<'a>(
+    file: &object::File<'a>,
+    section: &object::Section<'a, '_>,
+    data: &'a [u8],
+    problems: &mut Problems,
+) -> Cow<'a, [u8]> {
+    let name = section.name().unwrap_or("?");
+    let machine = match file.architecture() {
+        object::Architecture::X86_64 => elf::EM_X86_64,
+        object::Architecture::Aarch64 => elf::EM_AARCH64,
+        _ => elf::EM_NONE,
+    };
+    let mut out: Option<Vec<u8>> = None;
+    // (cause, first offset, count), causes in the order first met; `seen` finds a cause's
+    // place (a damaged object may fail every one of millions of relocations).
+    let mut failed: Vec<(String, u64, usize)> = Vec::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    let mut fail = |cause: String, offset: u64| match seen.get(&cause) {
+        Some(&i) => failed[i].2 += 1,
+        None => {
+            seen.insert(cause.clone(), failed.len());
+            failed.push((cause, offset, 1));
+        }
+    };
+    for (offset, reloc) in section.relocations() {
+        let RelocationFlags::Elf { r_type } = reloc.flags() else {
+            fail("a relocation that is not ELF".into(), offset);
+            continue;
+        };
+        let kind = match field_kind(machine, r_type) {
+            Some(Some(k)) => k,
+            Some(None) => continue,
+            None => {
+                fail(
+                    format!(
+                        "relocation type {} (ELF machine {}) is not supported",
+                        r_type.0, machine.0
+                    ),
+                    offset,
+                );
+                continue;
+            }
+        };
+        let buf = out.get_or_insert_with(|| data.to_vec());
+        let Some(field) = usize::try_from(offset)
+            .ok()
+            .and_then(|at| buf.get_mut(at..at.checked_add(kind.bytes)?))
+        else {
+            fail(
+                format!("relocation type {} points outside the section", r_type.0),
+                offset,
+            );
+            continue;
+        };
+        let little = file.is_little_endian();
+        let addend = if reloc.has_implicit_addend() {
+            // REL: the addend is the field's stored value.
+            let mut b = [0u8; 8];
+            b[..kind.bytes].copy_from_slice(field);
+            if !little {
+                b[..kind.bytes].reverse();
+            }
+            let v = u64::from_le_bytes(b);
+            if matches!(kind.fits, Fits::Signed) && kind.bytes == 4 {
+                i64::from(v as u32 as i32)
+            } else {
+                v as i64
+            }
+        } else {
+            reloc.addend()
+        };
+        let base = match symbol_value(file, reloc.target()) {
+            Ok(v) => v,
+            Err(why) => {
+                fail(why, offset);
+                continue;
+            }
+        };
+        let value = base.wrapping_add(addend as u64);
+        let (signed_ok, unsigned_ok) = (
+            i32::try_from(value as i64).is_ok(),
+            u32::try_from(value).is_ok(),
+        );
+        let fits = kind.bytes == 8
+            || match kind.fits {
+                Fits::Signed => signed_ok,
+                Fits::Unsigned => unsigned_ok,
+                Fits::Either => signed_ok || unsigned_ok,
+            };
+        if !fits {
+            // The value stays out of the cause: one line for all such relocations.
+            fail(
+                format!(
+                    "relocation type {}: the value does not fit its {}-byte field",
+                    r_type.0, kind.bytes
+                ),
+                offset,
+            );
+            continue;
+        }
+        if little {
+            field.copy_from_slice(&value.to_le_bytes()[..kind.bytes]);
+        } else {
+            field.copy_from_slice(&value.to_be_bytes()[8 - kind.bytes..]);
+        }
+    }
+    for (cause, offset, count) in failed {
+        let more = if count > 1 {
+            format!(" ({count} relocations; the first)")
+        } else {
+            String::new()
+        };
+        problems.push(format!(
+            "section {name}: {cause}{more} at offset {offset:#x}: the field is left unrelocated"
+        ));
+    }
+    out.map_or(Cow::Borrowed(data), Cow::Owned)
+}
+
+/// The value of a relocation's target in a relocatable object: its section's address
+/// plus its offset in it.
+fn symbol_value(file: &object::File<'_>, target: RelocationTarget) -> Result<u64, String> {
+    let section_address = |index| {
+        file.section_by_index(index)
+            .map(|s| s.address())
+            .map_err(|e| format!("a relocation's section: {e}"))
+    };
+    match target {
+        RelocationTarget::Absolute => Ok(0),
+        RelocationTarget::Section(index) => section_address(index),
+        RelocationTarget::Symbol(index) => {
+            let sym = file
+                .symbol_by_index(index)
+                .map_err(|e| format!("relocation against symbol {}: {e}", index.0))?;
+            match sym.section() {
+                SymbolSection::Section(s) => Ok(section_address(s)?.wrapping_add(sym.address())),
+                SymbolSection::Absolute => Ok(sym.address()),
+                _ => Err(format!(
+                    "relocation against symbol `{}`, which is not defined in the object",
+                    sym.name().unwrap_or("?")
+                )),
+            }
+        }
+        _ => Err("a relocation target of an unknown kind".into()),
+    }
+}
+
 /// Adds source files and lines from the DWARF to `functions`, and functions that only the
 /// DWARF names (subprograms without a symbol).
 fn dwarf(file: &object::File<'_>, functions: &mut Vec<FunctionInfo>, problems: &mut Problems) {
@@ -171,13 +375,28 @@ fn dwarf(file: &object::File<'_>, functions: &mut Vec<FunctionInfo>, problems: &
     } else {
         gimli::RunTimeEndian::Big
     };
-    let load = |id: gimli::SectionId| -> Result<Slice<'_>, String> {
-        let data = match file.section_by_name(id.name()) {
-            Some(s) => s
-                .data()
-                .map_err(|e| format!("section {}: {e}", id.name()))?,
-            None => &[],
+    // Every DWARF section's bytes, relocated first in a relocatable object: LLVM's MCJIT
+    // and ORC register objects whose DWARF still holds offsets to be relocated against the
+    // sections the runtime placed (GDB applies them too).
+    let mut sections: HashMap<&'static str, Cow<'_, [u8]>> = HashMap::new();
+    for id in DWARF_SECTIONS {
+        let Some(section) = file.section_by_name(id.name()) else {
+            continue;
         };
+        match section.data() {
+            Ok(data) => {
+                let data = if file.kind() == ObjectKind::Relocatable {
+                    relocate(file, &section, data, problems)
+                } else {
+                    Cow::Borrowed(data)
+                };
+                sections.insert(id.name(), data);
+            }
+            Err(e) => problems.push(format!("section {}: {e}", id.name())),
+        }
+    }
+    let load = |id: gimli::SectionId| -> Result<Slice<'_>, String> {
+        let data = sections.get(id.name()).map_or(&[][..], |d| &d[..]);
         Ok(gimli::EndianSlice::new(data, endian))
     };
     let dwarf = match gimli::Dwarf::load(load) {

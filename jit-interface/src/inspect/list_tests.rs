@@ -370,3 +370,47 @@ fn json_of_a_walk_carries_entries_problems_and_the_lookup() {
         "{err}"
     );
 }
+
+/// One ELF payload whose DWARF is damaged among intact ones: its entry keeps its symbols
+/// and names the problem, the other entries are listed as usual, and the list itself has
+/// no problem (nothing suggests the descriptor is missing).
+#[cfg(feature = "runtime")]
+#[test]
+fn damaged_dwarf_in_one_entry_leaves_the_others_listed() {
+    use super::elf_tests::{relocatable_object, BASE};
+    use object::{Object, ObjectSection};
+    let mut elf = relocatable_object(&[]);
+    let (off, size) = object::File::parse(&*elf)
+        .unwrap()
+        .section_by_name(".debug_info")
+        .unwrap()
+        .file_range()
+        .unwrap();
+    // A unit length running past the section.
+    elf[off as usize..off as usize + 4].copy_from_slice(&(size as u32 + 64).to_le_bytes());
+    let m = FakeMemory::list(&[
+        payload(&[("newest", 0x5000, 0x10)]),
+        elf,
+        payload(&[("oldest", 0x6000, 0x10)]),
+    ]);
+    let r = walk(&m);
+    assert!(r.problems.is_empty(), "{:?}", r.problems);
+    assert_eq!(r.entries.len(), 3);
+    assert_eq!(names(&r.entries[0]), ["newest"]);
+    assert_eq!(names(&r.entries[2]), ["oldest"]);
+    let damaged = r.entries[1].result.as_ref().unwrap();
+    assert!(
+        damaged
+            .problems
+            .iter()
+            .any(|p| p.starts_with("DWARF .debug_info")),
+        "{:?}",
+        damaged.problems
+    );
+    let got: Vec<(&str, u64)> = damaged
+        .functions
+        .iter()
+        .map(|f| (f.name.as_str(), f.start))
+        .collect();
+    assert_eq!(got, [("alpha", BASE), ("beta", BASE + 0x10)]);
+}

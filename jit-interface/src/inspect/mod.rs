@@ -17,6 +17,8 @@ mod json;
 mod list;
 mod symbolize;
 
+#[cfg(all(test, feature = "runtime"))]
+mod elf_tests;
 #[cfg(test)]
 mod list_tests;
 #[cfg(test)]
