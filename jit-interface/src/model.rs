@@ -562,7 +562,8 @@ impl std::hash::Hash for Function<'_> {
 }
 
 impl<'a> Function<'a> {
-    /// The architecture of the function's object.
+    /// The architecture of the function's object (the ELF encoder's question).
+    #[cfg(feature = "runtime")]
     pub(crate) fn arch(&self) -> Arch {
         self.object.arch
     }
