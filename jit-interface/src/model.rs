@@ -185,8 +185,8 @@ impl Frame {
 /// [`JitObject::add_register_rule`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RegisterRule {
-    /// Saved in the stack slot at CFA + `n` (`n` a multiple of 8, at most -16: CFA - 8
-    /// holds the return address).
+    /// Saved in the stack slot at CFA + `n` (`n` a multiple of 8, at most -16 on x86-64,
+    /// where CFA - 8 holds the return address; at most -8 on aarch64).
     AtCfa(i32),
     /// Kept in another register (by DWARF number) of this frame.
     InRegister(u16),
@@ -199,8 +199,8 @@ pub enum RegisterRule {
 /// A register rule of a function: from code offset `offset` on (until the next rule for
 /// the same register), the caller's register `reg` (DWARF number) is found by `rule`.
 /// Before a register's first rule it still holds the caller's value (nothing has changed
-/// it yet). A callee-saved register without rules (rbx, r12-r15: see
-/// [`crate::arch::x86_64::CALLEE_SAVED`]) is "undefined" in both payload formats
+/// it yet). A callee-saved register without rules (rbx, r12-r15, aarch64 x19-x28: see
+/// [`crate::arch::callee_saved`]) is "undefined" in both payload formats
 /// (`<not saved>` in the debugger): a function may have changed a register it does not
 /// describe, and an unknown value is better than a wrong one. A function that leaves a
 /// register alone says so with [`RegisterRule::SameValue`] at offset 0.
@@ -1584,15 +1584,17 @@ impl JitObject {
     }
 
     /// Adds a register rule to function `f`: from code offset `offset` on, the caller's
-    /// register `reg` (DWARF number, [`crate::arch::x86_64`]: rbx 3, r12-r15 12-15, ...) is
-    /// found by `rule`; e.g. after `push r12` in a frame-pointer function,
-    /// `add_register_rule(f, after_push, R12, RegisterRule::AtCfa(-24))`. Rules are added in
-    /// offset order; each holds until the next rule for the same register. Callee-saved
-    /// registers without a rule are undefined (see [`SavedRegister`]).
+    /// register `reg` (DWARF number of the object's architecture: [`crate::arch::x86_64`]
+    /// rbx 3, r12-r15 12-15, ...; [`crate::arch::aarch64`] x19-x28 19-28, x30 30 for the
+    /// return address) is found by `rule`; e.g. after `push r12` in a frame-pointer
+    /// function, `add_register_rule(f, after_push, R12, RegisterRule::AtCfa(-24))`. Rules are
+    /// added in offset order; each holds until the next rule for the same register.
+    /// Callee-saved registers without a rule are undefined (see [`SavedRegister`]).
     ///
-    /// Refused: registers rsp, rip and rbp (the frame rows place them) and numbers that are
-    /// no general-purpose register, offsets outside the function or before an earlier rule,
-    /// save slots not a multiple of 8 or outside CFA - 16 ..= CFA - [`MAX_SAVE_DISTANCE`].
+    /// Refused: the registers the frame rows place (x86-64 rsp, rip, rbp; aarch64 sp, pc,
+    /// x29) and numbers that are no general-purpose register, offsets outside the function
+    /// or before an earlier rule, save slots not a multiple of 8 or outside CFA - 16 (aarch64:
+    /// CFA - 8) ..= CFA - [`MAX_SAVE_DISTANCE`].
     pub fn add_register_rule(
         &mut self,
         f: FunctionId,
