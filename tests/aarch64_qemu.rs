@@ -110,8 +110,14 @@ fn layout(dir: &Path, format: &str) -> Vec<Fn> {
         .output()
         .expect("run qemu-aarch64");
     let text = String::from_utf8_lossy(&out.stdout);
+    // `result=R expected=E`: what the JIT code computed, and what the host computed.
+    let agree = text
+        .lines()
+        .find_map(|l| l.strip_prefix("aarch64-testhost: result="))
+        .and_then(|r| r.split_once(" expected="))
+        .is_some_and(|(got, want)| got == want);
     assert!(
-        out.status.success() && text.contains("result=99 expected=99"),
+        out.status.success() && agree,
         "the aarch64 host failed under qemu: {}\n{text}{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
@@ -183,20 +189,29 @@ impl Drop for Qemu {
 /// gdb-multiarch connected to `q`, the host's symbols loaded, then `commands` (each an
 /// `-ex`, so an error in one does not stop the others); the reader loaded first if asked.
 fn gdb(q: &Qemu, dir: &Path, reader: bool, commands: &[String]) -> Transcript {
+    let mut all = vec![
+        format!("file {}", host_program().display()),
+        format!("target remote {}", q.socket.display()),
+    ];
+    all.extend_from_slice(commands);
+    gdb_run(dir, reader, &all)
+}
+
+/// gdb-multiarch for aarch64 programs: `commands` (each an `-ex`), after loading the reader
+/// if asked.
+fn gdb_run(dir: &Path, reader: bool, commands: &[String]) -> Transcript {
     let mut cmd = Command::new("gdb-multiarch");
     cmd.arg("-batch").arg("-nx");
     for p in GDB_PRELUDE {
         cmd.arg("-iex").arg(p);
     }
     cmd.args(["-iex", &format!("set sysroot {SYSROOT}")])
-        .args(["-iex", "set libthread-db-search-path /nonexistent"])
-        .args(["-ex", &format!("file {}", host_program().display())]);
+        .args(["-iex", "set libthread-db-search-path /nonexistent"]);
     if reader {
         // Its debug lines show which frames the reader itself unwound.
         cmd.env("JIT_READER_DEBUG", "1")
             .args(["-ex", &reader_support::load_cmd()]);
     }
-    cmd.args(["-ex", &format!("target remote {}", q.socket.display())]);
     for c in commands {
         cmd.arg("-ex").arg(c);
     }
@@ -305,7 +320,10 @@ fn bt_frame_finish_and_code(format: &str) {
     t.assert_contains(Some("bt"), "jit_aarch64.jit:6");
     t.assert_contains(Some("bt"), "jit_aarch64.jit:9");
     t.assert_contains(Some("frame1"), "#1  ");
-    t.assert_contains(Some("frame1"), "return jit_test_break_here(n + 3) + 1;");
+    t.assert_contains(
+        Some("frame1"),
+        "return jit_test_break_here(n + 3 + *p) + 1;",
+    );
     t.assert_contains(Some("frame1"), "caller of frame at");
     // `finish` out of the selected frame 1 (jit_middle) runs until it returns into its
     // caller: the breakpoint at the return address the unwinder gave.
@@ -431,6 +449,100 @@ fn stepi_through_every_instruction(format: &str) {
         t.assert_contains(None, &format!("unwound jit_outer at pc {:#x}", outer.start));
         t.assert_not_contains(None, "declined the frame");
     }
+}
+
+/// The host crashing in JIT code under qemu (`jit_middle` reads through a NULL pointer),
+/// then GDB on qemu's core of it: the backtrace from the faulting instruction.
+fn postmortem(format: &str) {
+    let test = &format!("aarch64_{format}_core");
+    if !have_everything(test) {
+        return;
+    }
+    let dir = TempDir::new(&format!("a64-core-{format}"));
+    let fns = layout(dir.path(), format);
+    let prog = host_program();
+    // qemu writes the guest's core itself (qemu_PROG_DATE_PID.core, in the working
+    // directory) if the core limit allows; the kernel's core of qemu is kept small.
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -c unlimited; echo 0 > /proc/self/coredump_filter; exec qemu-aarch64 -L {SYSROOT} '{}' --format {format} --crash --source-dir '{}'",
+            prog.display(),
+            dir.path().display()
+        ))
+        .current_dir(dir.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run qemu-aarch64");
+    assert!(!status.success(), "the host did not crash: {status}");
+    let core = std::fs::read_dir(dir.path())
+        .expect("read the test directory")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("qemu_") && n.ends_with(".core"))
+        })
+        .unwrap_or_else(|| panic!("qemu wrote no core in {}", dir.path().display()));
+    // qemu's cores leave out the program's ELF header pages, so GDB cannot relocate a PIE
+    // program by itself: the load bias is AT_ENTRY (from the core's auxv) minus the
+    // program's e_entry. Then the core is loaded again, for GDB's JIT interface to read
+    // the registrations with the symbols in place.
+    let script = dir.join("bias.py");
+    std::fs::write(
+        &script,
+        format!(
+            "import gdb, re, struct\n\
+             aux = gdb.execute('info auxv', to_string=True)\n\
+             entry = int(re.search(r'AT_ENTRY\\s.*\\s(0x[0-9a-f]+)', aux).group(1), 16)\n\
+             with open('{prog}', 'rb') as f:\n    e_entry = struct.unpack('<Q', f.read(32)[24:32])[0]\n\
+             gdb.execute('symbol-file -o %#x {prog}' % (entry - e_entry))\n\
+             gdb.execute('core-file {core}')\n",
+            prog = prog.display(),
+            core = core.display()
+        ),
+    )
+    .expect("write bias.py");
+    let t = gdb_run(
+        dir.path(),
+        format == "compact",
+        &[
+            format!("core-file {}", core.display()),
+            format!("source {}", script.display()),
+            mark("bt"),
+            "bt".into(),
+            mark("fault"),
+            "x/i $pc".into(),
+            mark("end"),
+        ],
+    );
+    if std::env::var_os("JIT_GDB_SHOW").is_some() {
+        println!("{}", t.text);
+    }
+    t.assert_contains(None, "Program terminated with signal SIGSEGV");
+    let bt = check_bt(&t, "bt", &["jit_middle", "jit_outer", "run_jit"]);
+    // The fault is jit_middle's load of *p.
+    t.assert_contains(Some("fault"), "ldr\tx9, [x1]");
+    let middle = find(&fns, "jit_middle");
+    let pc = bt[0]
+        .1
+        .unwrap_or_else(|| t.fail("no pc shown for the faulting frame"));
+    assert!(
+        middle.insns.iter().any(|&o| middle.start + o == pc),
+        "{pc:#x} is no instruction of jit_middle"
+    );
+    t.assert_contains(Some("bt"), "jit_aarch64.jit:6");
+}
+
+#[test]
+fn aarch64_compact_core() {
+    postmortem("compact");
+}
+
+#[test]
+fn aarch64_elf_core() {
+    postmortem("elf");
 }
 
 #[test]

@@ -6,6 +6,8 @@
 
 /// Registers by number (31 is sp or xzr, by instruction).
 pub const X0: u32 = 0;
+pub const X1: u32 = 1;
+pub const X9: u32 = 9;
 pub const X16: u32 = 16;
 pub const X29: u32 = 29;
 const SP: u32 = 31;
@@ -76,6 +78,18 @@ impl Asm {
                 self.insn(0xf280_0000 | (hw << 21) | (part << 5) | d);
             }
         }
+    }
+
+    /// `ldr xt, [xn]`: a 64-bit load.
+    pub fn ldr(&mut self, t: u32, n: u32) {
+        assert!(t < 32 && n < 32);
+        self.insn(0xf940_0000 | (n << 5) | t);
+    }
+
+    /// `add xd, xn, xm`.
+    pub fn add(&mut self, d: u32, n: u32, m: u32) {
+        assert!(d < 31 && n < 31 && m < 31);
+        self.insn(0x8b00_0000 | (m << 16) | (n << 5) | d);
     }
 
     /// `blr xn`: call the address in xn, the return address in x30.

@@ -20,11 +20,11 @@ mod exec_mem;
 
 use std::process::ExitCode;
 
-use a64::{Asm, X0, X16};
+use a64::{Asm, X0, X1, X16, X9};
 use jit_interface::{Format, JitObject, LineRow, UnwindRow};
 
 const USAGE: &str = "\
-usage: aarch64_testhost [--format elf|compact] [--source-dir DIR]
+usage: aarch64_testhost [--format elf|compact] [--source-dir DIR] [--crash]
 
 Compiles aarch64 code at run time, registers it and runs it once:
   main -> run_jit -> jit_outer -> jit_leaf, then jit_outer -> jit_middle
@@ -32,6 +32,7 @@ Compiles aarch64 code at run time, registers it and runs it once:
 prints one line per JIT function first:
   jit-fn name=NAME start=0xADDR size=N insns=OFF,... file=PATH
 then the result (`aarch64-testhost: result=R expected=E`); exit 0 if they agree.
+--crash: jit_middle reads *p with p NULL: SIGSEGV inside JIT code (a core file).
 ";
 
 /// The pseudo source the functions were \"compiled\" from.
@@ -41,17 +42,19 @@ const SOURCE: &str = "\
 function jit_leaf(n) {
   return n + 5;
 }
-function jit_middle(n) {
-  return jit_test_break_here(n + 3) + 1;
+function jit_middle(n, p) {
+  return jit_test_break_here(n + 3 + *p) + 1;
 }
-function jit_outer(n) {
-  return jit_middle(jit_leaf(n)) + 2;
+function jit_outer(n, p) {
+  return jit_middle(jit_leaf(n), p) + 2;
 }
 ";
 
 /// Fixed, so that tests know the addresses before the host starts.
 const BASE: u64 = 0x1a17_0000_0000;
 const ENTRY_N: i64 = 40;
+/// `*p`, read by `jit_middle`.
+static VALUE: i64 = 100;
 
 /// The usual breakpoint location, called from `jit_middle`.
 #[no_mangle]
@@ -60,16 +63,16 @@ pub extern "C" fn jit_test_break_here(n: i64) -> i64 {
     std::hint::black_box(n) * 2
 }
 
-type JitFnPtr = extern "C" fn(i64) -> i64;
+type JitFnPtr = extern "C" fn(i64, *const i64) -> i64;
 
 /// Native caller of the JIT code.
 #[no_mangle]
 #[inline(never)]
-pub extern "C" fn run_jit(entry: u64, n: i64) -> i64 {
+pub extern "C" fn run_jit(entry: u64, n: i64, p: *const i64) -> i64 {
     // SAFETY: `entry` is the address of `jit_outer`, compiled for this signature, in a
     // sealed code buffer that lives until the process exits.
     let f: JitFnPtr = unsafe { std::mem::transmute::<usize, JitFnPtr>(entry as usize) };
-    std::hint::black_box(f(n))
+    std::hint::black_box(f(n, p))
 }
 
 /// One compiled function.
@@ -119,8 +122,11 @@ fn compile(base: u64) -> Vec<JitFn> {
         lines: vec![(0, 3)],
         frame: None,
     };
+    // x1 (p) passes through jit_outer and jit_leaf untouched.
     let middle = with_frame("jit_middle", middle_off, 6, |a| {
         a.add_imm(X0, X0, 3);
+        a.ldr(X9, X1);
+        a.add(X0, X0, X9);
         a.mov_imm64(X16, jit_test_break_here as *const () as u64);
         a.blr(X16);
         a.add_imm(X0, X0, 1);
@@ -175,6 +181,7 @@ fn sync_icache(start: u64, len: usize) {
 fn real_main() -> Result<(), String> {
     let mut format = Format::Elf;
     let mut dir = std::path::PathBuf::from(".");
+    let mut crash = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
@@ -185,6 +192,7 @@ fn real_main() -> Result<(), String> {
                     v => return Err(format!("--format: {v:?} is neither elf nor compact")),
                 }
             }
+            "--crash" => crash = true,
             "--source-dir" => dir = args.next().ok_or("--source-dir needs a directory")?.into(),
             "-h" | "--help" => {
                 print!("{USAGE}");
@@ -241,9 +249,13 @@ fn real_main() -> Result<(), String> {
         .iter()
         .find(|f| f.name == "jit_outer")
         .expect("jit_outer");
-    let got = run_jit(base + u64::from(outer.offset), ENTRY_N);
-    // jit_middle(jit_leaf(n)) + 2 = (2 * (n + 5 + 3) + 1) + 2
-    let expected = 2 * (ENTRY_N + 8) + 1 + 2;
+    let p: *const i64 = if crash { std::ptr::null() } else { &VALUE };
+    let got = run_jit(base + u64::from(outer.offset), ENTRY_N, p);
+    if crash {
+        return Err("the JIT code did not crash".into());
+    }
+    // jit_middle(jit_leaf(n), p) + 2 = (2 * (n + 5 + 3 + *p) + 1) + 2
+    let expected = 2 * (ENTRY_N + 8 + VALUE) + 1 + 2;
     println!("aarch64-testhost: result={got} expected={expected}");
     drop(registration);
     if got == expected {
