@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages named as arguments' tools when they are missing.
-# Usage: scripts/install-tools.sh gdb lldb valgrind perf libclang lli
+# Usage: scripts/install-tools.sh gdb lldb valgrind perf libclang lli aarch64
+# (aarch64: qemu-user, gdb-multiarch and the cross C toolchain for tests/aarch64_qemu.rs,
+# and the Rust target aarch64-unknown-linux-gnu through rustup.)
 set -euo pipefail
 need=()
 for tool in "$@"; do
@@ -12,6 +14,13 @@ for tool in "$@"; do
     # lli (and llvm-as) of Debian's default LLVM: the foreign-producer test (tests/foreign_llvm.rs).
     lli) { command -v lli && command -v llvm-as; } >/dev/null || need+=(llvm) ;;
     cc) command -v cc >/dev/null || need+=(gcc) ;;
+    aarch64)
+      command -v qemu-aarch64 >/dev/null || need+=(qemu-user)
+      command -v gdb-multiarch >/dev/null || need+=(gdb-multiarch)
+      command -v aarch64-linux-gnu-gcc >/dev/null || need+=(gcc-aarch64-linux-gnu)
+      [ -d /usr/aarch64-linux-gnu/include ] || need+=(libc6-dev-arm64-cross)
+      [ -d "$(rustc --print sysroot)/lib/rustlib/aarch64-unknown-linux-gnu" ] ||
+        rustup target add aarch64-unknown-linux-gnu ;;
     libclang) { ls /usr/lib/llvm-*/lib/libclang.so* || ldconfig -p | grep -q 'libclang\.so'; } >/dev/null 2>&1 || need+=(libclang-dev) ;;
     *) echo "install-tools.sh: unknown tool $tool" >&2; exit 2 ;;
   esac

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The project's test command (README, .ci/run): installs what the tests drive (gdb, lldb,
-# valgrind, perf, libclang for the bindings check, LLVM's lli for the foreign-producer test)
-# on a fresh Debian machine, then runs the lints and the whole test suite against the real
-# tools.
+# valgrind, perf, libclang for the bindings check, LLVM's lli for the foreign-producer test,
+# qemu-user + gdb-multiarch + the aarch64 cross toolchain for tests/aarch64_qemu.rs) on a
+# fresh Debian machine, then runs the lints and the whole test suite against the real tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-tools.sh gdb lldb valgrind perf cc libclang lli
+scripts/install-tools.sh gdb lldb valgrind perf cc libclang lli aarch64
 
 echo "== format and lints"
 cargo fmt --all -- --check

@@ -520,8 +520,16 @@ impl JitObject {
             function: name.clone(),
             why,
         };
+        // The conversion reads x86-64 register numbers (rsp, rbp, rip).
+        if arch != crate::model::Arch::X86_64 {
+            return Err(bad(format!(
+                "CFI input is read for x86-64 objects only; this object is for {}",
+                arch.name()
+            )));
+        }
         let (rows, rules) = convert(cie, fde, size).map_err(bad)?;
-        check_unwind_rows(&rows, size).map_err(|why| bad(format!("CFI gives bad rows: {why}")))?;
+        check_unwind_rows(arch, &rows, size)
+            .map_err(|why| bad(format!("CFI gives bad rows: {why}")))?;
         for (i, r) in rules.iter().enumerate() {
             check_register_rule(arch, &rules[..i], r, size)
                 .map_err(|why| bad(format!("CFI: {why}")))?;

@@ -102,8 +102,10 @@ pub enum CfaBase {
 
 /// One frame-description row: from code offset `offset` on, CFA = `cfa_base` + `cfa_offset`,
 /// and the caller's frame pointer is saved at CFA + `fp_offset` (0: not saved, it is still in
-/// its register). The return address is at its architecture's place (x86-64: CFA - 8), and
-/// the caller's stack pointer is the CFA.
+/// its register). The caller's stack pointer is the CFA; the return address is at its
+/// architecture's place: on x86-64 at CFA - 8 (the `call` pushed it); on aarch64 in the
+/// frame record with the saved x29, at CFA + `fp_offset` + 8, and in x30 while no record is
+/// saved (`fp_offset` 0) — see [`crate::arch::aarch64`].
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct UnwindRow {
@@ -117,6 +119,9 @@ impl UnwindRow {
     /// A function's entry state on x86-64: CFA = SP + 8, frame pointer untouched (see
     /// [`crate::arch::x86_64::ENTRY`]).
     pub const X86_64_ENTRY: UnwindRow = crate::arch::x86_64::ENTRY;
+    /// A function's entry state on aarch64: CFA = SP + 0, frame pointer untouched, the
+    /// return address in x30 (see [`crate::arch::aarch64::ENTRY`]).
+    pub const AARCH64_ENTRY: UnwindRow = crate::arch::aarch64::ENTRY;
 }
 
 /// The epilogue of a standard frame-pointer function.
@@ -180,8 +185,8 @@ impl Frame {
 /// [`JitObject::add_register_rule`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RegisterRule {
-    /// Saved in the stack slot at CFA + `n` (`n` a multiple of 8, at most -16: CFA - 8
-    /// holds the return address).
+    /// Saved in the stack slot at CFA + `n` (`n` a multiple of 8, at most -16 on x86-64,
+    /// where CFA - 8 holds the return address; at most -8 on aarch64).
     AtCfa(i32),
     /// Kept in another register (by DWARF number) of this frame.
     InRegister(u16),
@@ -194,8 +199,8 @@ pub enum RegisterRule {
 /// A register rule of a function: from code offset `offset` on (until the next rule for
 /// the same register), the caller's register `reg` (DWARF number) is found by `rule`.
 /// Before a register's first rule it still holds the caller's value (nothing has changed
-/// it yet). A callee-saved register without rules (rbx, r12-r15: see
-/// [`crate::arch::x86_64::CALLEE_SAVED`]) is "undefined" in both payload formats
+/// it yet). A callee-saved register without rules (rbx, r12-r15, aarch64 x19-x28: see
+/// [`crate::arch::callee_saved`]) is "undefined" in both payload formats
 /// (`<not saved>` in the debugger): a function may have changed a register it does not
 /// describe, and an unknown value is better than a wrong one. A function that leaves a
 /// register alone says so with [`RegisterRule::SameValue`] at offset 0.
@@ -229,14 +234,8 @@ pub(crate) fn check_register_rule(
     size: u32,
 ) -> std::result::Result<(), String> {
     let SavedRegister { offset, reg, rule } = *rule;
-    if arch != Arch::X86_64 {
-        return Err(format!(
-            "register rules are implemented for x86-64 only, not {}",
-            arch.name()
-        ));
-    }
-    let name = |r: u16| crate::arch::x86_64::register_name(r).unwrap_or("?");
-    if let Some(why) = crate::arch::x86_64::rule_register_problem(reg) {
+    let name = |r: u16| crate::arch::register_name(arch, r).unwrap_or("?");
+    if let Some(why) = crate::arch::rule_register_problem(arch, reg) {
         return Err(format!("register rule at offset {offset}: reg: {why}"));
     }
     if offset >= size {
@@ -262,15 +261,22 @@ pub(crate) fn check_register_rule(
     }
     match rule {
         RegisterRule::AtCfa(n) => {
-            if n % 8 != 0 || !(-MAX_SAVE_DISTANCE..=-16).contains(&n) {
+            let top = crate::arch::highest_save_slot(arch);
+            if n % 8 != 0 || !(-MAX_SAVE_DISTANCE..=top).contains(&n) {
+                let why = if top == -16 {
+                    "; CFA - 8 holds the return address"
+                } else {
+                    ""
+                };
                 return Err(format!(
-                    "register rule for {} at offset {offset}: CFA{n:+} is not a save slot (a multiple of 8 from CFA - 16 down to CFA - {MAX_SAVE_DISTANCE}; CFA - 8 holds the return address)",
-                    name(reg)
+                    "register rule for {} at offset {offset}: CFA{n:+} is not a save slot (a multiple of 8 from CFA - {} down to CFA - {MAX_SAVE_DISTANCE}{why})",
+                    name(reg),
+                    -top
                 ));
             }
         }
         RegisterRule::InRegister(other) => {
-            if let Some(why) = crate::arch::x86_64::rule_register_problem(other) {
+            if let Some(why) = crate::arch::rule_register_problem(arch, other) {
                 return Err(format!(
                     "register rule for {} at offset {offset}: the register it is kept in: {why}",
                     name(reg)
@@ -556,6 +562,12 @@ impl std::hash::Hash for Function<'_> {
 }
 
 impl<'a> Function<'a> {
+    /// The architecture of the function's object (the ELF encoder's question).
+    #[cfg(feature = "runtime")]
+    pub(crate) fn arch(&self) -> Arch {
+        self.object.arch
+    }
+
     /// The function's (symbol) name.
     pub fn name(&self) -> &'a str {
         &self.object.text[self.entry.name.range()]
@@ -935,7 +947,12 @@ fn line_rows_error(rows: &[LineRow], size: u32) -> String {
 }
 
 /// Validates frame-description rows for a function of `size` bytes.
-pub(crate) fn check_unwind_rows(rows: &[UnwindRow], size: u32) -> std::result::Result<(), String> {
+pub(crate) fn check_unwind_rows(
+    arch: Arch,
+    rows: &[UnwindRow],
+    size: u32,
+) -> std::result::Result<(), String> {
+    let min_sp = crate::arch::min_sp_cfa_offset(arch);
     let Some(first) = rows.first() else {
         return Err("unwind rows are empty: give at least the row at offset 0".into());
     };
@@ -966,11 +983,18 @@ pub(crate) fn check_unwind_rows(rows: &[UnwindRow], size: u32) -> std::result::R
                 r.cfa_offset, r.fp_offset
             ));
         }
-        if r.cfa_base == CfaBase::Sp && r.cfa_offset < 8 {
-            return Err(format!(
-                "unwind row {i}: CFA = SP + {} leaves no room for the return address (needs SP + 8 or more)",
-                r.cfa_offset
-            ));
+        if r.cfa_base == CfaBase::Sp && r.cfa_offset < min_sp {
+            return Err(if min_sp > 0 {
+                format!(
+                    "unwind row {i}: CFA = SP + {} leaves no room for the return address (needs SP + {min_sp} or more)",
+                    r.cfa_offset
+                )
+            } else {
+                format!(
+                    "unwind row {i}: CFA = SP {} is below the stack pointer (needs SP + 0 or more)",
+                    r.cfa_offset
+                )
+            });
         }
         if r.cfa_base == CfaBase::Fp && r.cfa_offset < 16 {
             return Err(format!(
@@ -1470,7 +1494,7 @@ impl JitObject {
     pub fn set_unwind(&mut self, f: FunctionId, rows: &[UnwindRow]) -> Result<()> {
         let f = f.0;
         let e = self.entry(f)?;
-        if let Err(why) = check_unwind_rows(rows, e.size) {
+        if let Err(why) = check_unwind_rows(self.arch, rows, e.size) {
             return Err(self.bad_rows(f, why));
         }
         self.entries[f].frame = Frame::Rows(rows.to_vec());
@@ -1560,15 +1584,17 @@ impl JitObject {
     }
 
     /// Adds a register rule to function `f`: from code offset `offset` on, the caller's
-    /// register `reg` (DWARF number, [`crate::arch::x86_64`]: rbx 3, r12-r15 12-15, ...) is
-    /// found by `rule`; e.g. after `push r12` in a frame-pointer function,
-    /// `add_register_rule(f, after_push, R12, RegisterRule::AtCfa(-24))`. Rules are added in
-    /// offset order; each holds until the next rule for the same register. Callee-saved
-    /// registers without a rule are undefined (see [`SavedRegister`]).
+    /// register `reg` (DWARF number of the object's architecture: [`crate::arch::x86_64`]
+    /// rbx 3, r12-r15 12-15, ...; [`crate::arch::aarch64`] x19-x28 19-28, x30 30 for the
+    /// return address) is found by `rule`; e.g. after `push r12` in a frame-pointer
+    /// function, `add_register_rule(f, after_push, R12, RegisterRule::AtCfa(-24))`. Rules are
+    /// added in offset order; each holds until the next rule for the same register.
+    /// Callee-saved registers without a rule are undefined (see [`SavedRegister`]).
     ///
-    /// Refused: registers rsp, rip and rbp (the frame rows place them) and numbers that are
-    /// no general-purpose register, offsets outside the function or before an earlier rule,
-    /// save slots not a multiple of 8 or outside CFA - 16 ..= CFA - [`MAX_SAVE_DISTANCE`].
+    /// Refused: the registers the frame rows place (x86-64 rsp, rip, rbp; aarch64 sp, pc,
+    /// x29) and numbers that are no general-purpose register, offsets outside the function
+    /// or before an earlier rule, save slots not a multiple of 8 or outside CFA - 16 (aarch64:
+    /// CFA - 8) ..= CFA - [`MAX_SAVE_DISTANCE`].
     pub fn add_register_rule(
         &mut self,
         f: FunctionId,
@@ -2562,14 +2588,109 @@ mod tests {
             .add_register_rule(g, 20, R12, RegisterRule::SameValue)
             .unwrap();
         assert_eq!(other, o);
-        // aarch64 objects have none yet.
+    }
+
+    #[test]
+    fn aarch64_register_rules_are_checked_against_its_registers() {
+        use crate::arch::aarch64::{PC, SP, X19, X29, X30};
         let mut a = JitObject::with_arch(Arch::Aarch64);
         let h = a.add_function("h", 0x1000, 32).unwrap();
-        let msg = a
-            .add_register_rule(h, 4, 19, RegisterRule::SameValue)
+        let err = |a: &mut JitObject, off, reg, rule| {
+            let e = a.add_register_rule(h, off, reg, rule).unwrap_err();
+            assert!(matches!(e, Error::BadRows { .. }), "{e:?}");
+            e.to_string()
+        };
+        assert!(err(&mut a, 4, SP, RegisterRule::SameValue).contains("sp (31)"));
+        assert!(err(&mut a, 4, PC, RegisterRule::SameValue).contains("pc (32)"));
+        assert!(err(&mut a, 4, X29, RegisterRule::SameValue).contains("x29 (29)"));
+        assert!(err(&mut a, 4, 33, RegisterRule::SameValue).contains("register 33"));
+        let msg = err(&mut a, 4, X19, RegisterRule::InRegister(SP));
+        assert!(msg.contains("the register it is kept in"), "{msg}");
+        for n in [0, 8, -12, -(MAX_SAVE_DISTANCE + 8)] {
+            let msg = err(&mut a, 4, X19, RegisterRule::AtCfa(n));
+            assert!(msg.contains("is not a save slot"), "{msg}");
+            assert!(msg.contains("x19"), "named by its aarch64 name: {msg}");
+        }
+        // `stp x19, x20, [sp, #-16]!` in a leaf: x20 at CFA - 8 (no frame record there).
+        a.add_register_rule(h, 4, X19, RegisterRule::AtCfa(-16))
+            .unwrap();
+        a.add_register_rule(h, 4, 20, RegisterRule::AtCfa(-8))
+            .unwrap();
+        // `str x30, [sp, #-16]!`: the return address in a slot of its own.
+        a.add_register_rule(h, 8, X30, RegisterRule::AtCfa(-16))
+            .unwrap();
+        a.add_register_rule(h, 12, 21, RegisterRule::InRegister(9))
+            .unwrap();
+        let rules = a.functions().get(h).unwrap().register_rules();
+        assert_eq!(rules.len(), 4);
+        assert_eq!(
+            register_rule_at(rules, X30, 8),
+            Some(RegisterRule::AtCfa(-16))
+        );
+        // x86-64 numbers mean other registers there: rbx (3) is x3, allowed; 40 is none.
+        let mut x = JitObject::with_arch(Arch::X86_64);
+        let g = x.add_function("g", 0x1000, 32).unwrap();
+        assert!(x
+            .add_register_rule(g, 4, X19, RegisterRule::SameValue)
             .unwrap_err()
-            .to_string();
-        assert!(msg.contains("x86-64 only"), "{msg}");
+            .to_string()
+            .contains("not an x86-64 general-purpose register"));
+    }
+
+    #[test]
+    fn aarch64_frame_pointer_rows() {
+        use crate::arch::aarch64;
+        let mut o = JitObject::with_arch(Arch::Aarch64);
+        let f = o.add_function("f", 0x1000, 40).unwrap();
+        // stp 0-4, mov 4-8, body, ldp 28-32, ret 32-36, more code, ...
+        o.set_frame_pointer(f, 4, 8).unwrap();
+        o.add_epilogue(f, 32, 36).unwrap();
+        let rows = o
+            .functions()
+            .get(f)
+            .unwrap()
+            .frame()
+            .rows(Arch::Aarch64, 40);
+        let at = |row: UnwindRow, offset| UnwindRow { offset, ..row };
+        assert_eq!(
+            rows,
+            [
+                aarch64::ENTRY,
+                at(aarch64::PUSHED, 4),
+                at(aarch64::FRAME_SET_UP, 8),
+                at(aarch64::ENTRY, 32),
+                at(aarch64::FRAME_SET_UP, 36),
+            ]
+        );
+        // Entry: CFA = sp + 0, nothing saved; after stp: sp + 16, record at CFA - 16;
+        // after mov: x29 + 16.
+        assert_eq!(
+            (rows[0].cfa_base, rows[0].cfa_offset, rows[0].fp_offset),
+            (CfaBase::Sp, 0, 0)
+        );
+        assert_eq!(
+            (rows[1].cfa_base, rows[1].cfa_offset, rows[1].fp_offset),
+            (CfaBase::Sp, 16, -16)
+        );
+        assert_eq!(
+            (rows[2].cfa_base, rows[2].cfa_offset, rows[2].fp_offset),
+            (CfaBase::Fp, 16, -16)
+        );
+        check_unwind_rows(Arch::Aarch64, &rows, 40).unwrap();
+        // The entry row is no x86-64 row (the return address would have no room).
+        assert!(check_unwind_rows(Arch::X86_64, &rows, 40).is_err());
+        assert_eq!(
+            Frame::Default.rows(Arch::Aarch64, 40),
+            [aarch64::FRAME_SET_UP]
+        );
+        // Explicit rows: sp + 0 is an aarch64 entry, sp - 16 is nothing.
+        o.set_unwind(f, &[UnwindRow::AARCH64_ENTRY]).unwrap();
+        let below = UnwindRow {
+            cfa_offset: -16,
+            ..UnwindRow::AARCH64_ENTRY
+        };
+        let msg = o.set_unwind(f, &[below]).unwrap_err().to_string();
+        assert!(msg.contains("below the stack pointer"), "{msg}");
     }
 
     #[test]
@@ -2582,7 +2703,7 @@ mod tests {
         let rows = o.functions().get(f).unwrap().frame().rows(Arch::X86_64, 20);
         let offs: Vec<u32> = rows.iter().map(|r| r.offset).collect();
         assert_eq!(offs, vec![0, 1, 4, 10, 11, 18, 19]);
-        check_unwind_rows(&rows, 20).unwrap();
+        check_unwind_rows(Arch::X86_64, &rows, 20).unwrap();
         assert_eq!(rows[2].cfa_base, CfaBase::Fp);
         assert_eq!(rows[3].cfa_base, CfaBase::Sp);
         assert!(o.add_epilogue(f, 12, 13).is_err(), "out of order");

@@ -9,11 +9,11 @@ use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_long, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use jit_interface::format::{decode_all, DecodeError};
-use jit_interface::Decoded;
+use jit_interface::{Arch, Decoded};
 
 use crate::bindings::{
     gdb_block, gdb_frame_id, gdb_line_mapping, gdb_object, gdb_reader_funcs, gdb_reg_value,
@@ -27,7 +27,7 @@ use crate::report::{self, debug};
 use crate::sources;
 use crate::symbols::{self, LinePlan, Plan};
 use crate::unwind::x86_64::OUTERMOST as x86_64_OUTERMOST;
-use crate::unwind::{self, Outcome, PcCode, Registers};
+use crate::unwind::{self, ArchSet, Outcome, PcCode, Registers};
 
 /// The registered code the unwinder knows about. GDB calls readers from one thread; the
 /// mutex only makes the global sound.
@@ -47,6 +47,9 @@ fn index() -> MutexGuard<'static, Index> {
 /// the span: a wider span only sends more PCs to the exact test.
 static SPAN_LO: AtomicU64 = AtomicU64::new(u64::MAX);
 static SPAN_HI: AtomicU64 = AtomicU64::new(0);
+/// The architectures of the indexed code ([`ArchSet`] bits), written with the span: whose
+/// register numbers a frame's PC is read with (`crate::unwind`, "Which architecture").
+static ARCHS: AtomicU8 = AtomicU8::new(0);
 
 /// Runs `f` on the locked index, then records its span.
 fn with_index<R>(f: impl FnOnce(&mut Index) -> R) -> R {
@@ -55,7 +58,15 @@ fn with_index<R>(f: impl FnOnce(&mut Index) -> R) -> R {
     let (lo, hi) = index.span().unwrap_or((u64::MAX, 0));
     SPAN_LO.store(lo, Ordering::Relaxed);
     SPAN_HI.store(hi, Ordering::Relaxed);
+    ARCHS.store(index.archs().bits(), Ordering::Relaxed);
     r
+}
+
+/// The architecture and PC of the frame `regs` gives, if its PC may be in indexed code
+/// (one register read per architecture with code; none while nothing is indexed).
+fn frame_pc(regs: &dyn Registers) -> Option<(Arch, u64)> {
+    let archs = ArchSet::from_bits(ARCHS.load(Ordering::Relaxed));
+    unwind::frame_pc(archs, regs, in_span)
 }
 
 /// Might `pc` (or `pc - 1`, for a return address) be in indexed code?
@@ -465,15 +476,16 @@ unsafe extern "C" fn unwind(
         let Some(ucb) = UnwindCallbacks::new(cb) else {
             return gdb_status_GDB_FAIL;
         };
-        let nums = unwind::host_regs();
-        let Some(pc) = ucb.get(nums.pc) else {
+        let Some((arch, pc)) = frame_pc(&ucb) else {
             return gdb_status_GDB_FAIL;
         };
-        if !in_span(pc) {
-            return gdb_status_GDB_FAIL;
-        }
-        match unwind::unwind_at(&mut index(), pc, &ucb, &ucb) {
+        let nums = unwind::arch_regs(arch);
+        match unwind::unwind_at(&mut index(), arch, pc, &ucb, &ucb) {
             Outcome::NotOurs(_) => gdb_status_GDB_FAIL,
+            Outcome::Refused(why) => {
+                debug!("declined the frame at pc {pc:#x}: {why}");
+                gdb_status_GDB_FAIL
+            }
             Outcome::Frame {
                 func,
                 lookup_pc,
@@ -486,6 +498,9 @@ unsafe extern "C" fn unwind(
                         ucb.set(nums.sp, c.sp);
                         if let Some(fp) = c.fp {
                             ucb.set(nums.fp, fp);
+                        }
+                        if let (Some(lr), Some(value)) = (nums.lr, c.lr) {
+                            ucb.set(lr, value);
                         }
                         if let Some(cfa) = step.cfa {
                             for (reg, value) in
@@ -550,8 +565,11 @@ unsafe extern "C" fn get_frame_id(
         let Some(ucb) = UnwindCallbacks::new(cb) else {
             return none;
         };
-        let nums = unwind::host_regs();
-        match unwind::frame_id(&mut index(), &ucb, &ucb) {
+        let found = frame_pc(&ucb);
+        let id =
+            found.and_then(|(arch, pc)| unwind::frame_id_at(&mut index(), arch, pc, &ucb, &ucb));
+        let nums = unwind::arch_regs(found.map_or(Arch::HOST, |(arch, _)| arch));
+        match id {
             Some((code_address, stack_address)) => gdb_frame_id {
                 code_address,
                 stack_address,

@@ -30,6 +30,7 @@ use jit_interface::{Arch, Decoded, LiveCheck, Liveness, SavedRegister, UnwindRow
 
 use crate::memory::Memory;
 use crate::records::{Func, Records};
+use crate::unwind::ArchSet;
 
 /// One registered object of a payload: the unit that is registered and unregistered
 /// together, with its own live slot.
@@ -394,13 +395,23 @@ impl Item {
 pub struct Index {
     /// Disjoint ranges by start address.
     items: BTreeMap<u64, Item>,
+    /// The architectures of every object added since the last [`Index::clear`] (never
+    /// shrinks: a wider set only costs a register read per frame).
+    archs: ArchSet,
 }
 
 impl Index {
     pub const fn new() -> Index {
         Index {
             items: BTreeMap::new(),
+            archs: ArchSet::EMPTY,
         }
+    }
+
+    /// The architectures of the code added: the unwinder reads a frame's PC with each
+    /// one's register numbers (`crate::unwind`, "Which architecture").
+    pub fn archs(&self) -> ArchSet {
+        self.archs
     }
 
     /// Number of indexed ranges (one per run of adjacent functions; a range split by a newer
@@ -425,6 +436,7 @@ impl Index {
     /// Forgets everything (reader unloaded).
     pub fn clear(&mut self) {
         self.items.clear();
+        self.archs = ArchSet::EMPTY;
     }
 
     /// Adds every function of a payload's objects; returns how many were added. Older
@@ -439,6 +451,9 @@ impl Index {
     /// [`Index::add`] for the functions of a payload's records.
     pub fn add_records(&mut self, records: &Records<'_>, mem: &dyn Memory) -> usize {
         let table = Arc::new(Table::build(records));
+        for o in table.objects.iter() {
+            self.archs = self.archs.with(o.arch);
+        }
         // The run being built: its range and objects.
         let mut run: Option<(u64, u64, Range<u32>)> = None;
         for (k, o) in table.objects.iter().enumerate() {

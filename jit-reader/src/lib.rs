@@ -34,7 +34,8 @@
 //!
 //! Limits (GDB 13's reader API): functions are `void()` without parameters or locals, and
 //! GDB does not find them by name (`break NAME`, `frame function NAME`); everything that
-//! goes by address works. Unwinding is x86-64 only for now.
+//! goes by address works. Unwinding: x86-64 and aarch64, each payload by its own architecture
+//! (an x86-64 reader in gdb-multiarch unwinds an aarch64 target).
 
 #[rustfmt::skip]
 #[allow(

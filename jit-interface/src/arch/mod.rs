@@ -1,8 +1,10 @@
 //! One module per architecture: its DWARF register numbers, the unwind state at a
 //! function's entry, and the canonical frame-pointer frame. The encoders (ELF CFI and
 //! DWARF, perf's `.eh_frame`), the data model and the GDB reader's unwinder ask here rather
-//! than spell the numbers out. Unwinding is x86-64 only for now; aarch64 slots in beside.
+//! than spell the numbers out. Each object states its architecture: an encoder or reader
+//! picks the module by the object's, never by the host's.
 
+pub mod aarch64;
 pub mod x86_64;
 
 use crate::model::{Arch, Epilogue, UnwindRow};
@@ -24,14 +26,24 @@ pub struct Regs {
 pub fn regs(arch: Arch) -> Regs {
     match arch {
         Arch::X86_64 => x86_64::REGS,
-        // DWARF for the Arm 64-bit architecture: x29, sp 31, x30, pc 32.
-        Arch::Aarch64 => Regs {
-            fp: 29,
-            sp: 31,
-            ra: 30,
-            pc: 32,
-        },
+        Arch::Aarch64 => aarch64::REGS,
     }
+}
+
+/// `arch`'s rows of a frame-pointer function: at entry, after the frame pointer is saved
+/// (x86-64 `push rbp`, aarch64 `stp x29, x30, [sp, #-16]!`) and once it is set up
+/// (`mov rbp, rsp`, `mov x29, sp`).
+fn fp_states(arch: Arch) -> [UnwindRow; 3] {
+    match arch {
+        Arch::X86_64 => [x86_64::ENTRY, x86_64::PUSHED, x86_64::FRAME_SET_UP],
+        Arch::Aarch64 => [aarch64::ENTRY, aarch64::PUSHED, aarch64::FRAME_SET_UP],
+    }
+}
+
+/// `arch`'s entry state: x86-64 CFA = rsp + 8 (the `call` pushed the return address),
+/// aarch64 CFA = sp + 0 (the return address is in x30).
+pub fn entry_row(arch: Arch) -> UnwindRow {
+    fp_states(arch)[0]
 }
 
 /// The rows of a frame-pointer function of `size` bytes: the entry state, the frame pointer
@@ -45,10 +57,18 @@ pub(crate) fn frame_pointer_rows(
     size: u64,
     rows: &mut Vec<UnwindRow>,
 ) {
-    match arch {
-        // aarch64 frame records keep the same offsets from x29 for now (see its issue).
-        Arch::X86_64 | Arch::Aarch64 => {
-            x86_64::frame_pointer_rows(push_end, setup_end, epilogues, size, rows)
+    let [entry, pushed, set_up] = fp_states(arch);
+    let at = |row: UnwindRow, offset| UnwindRow { offset, ..row };
+    rows.reserve(3 + 2 * epilogues.len());
+    rows.push(entry);
+    rows.push(at(pushed, push_end));
+    if setup_end > push_end {
+        rows.push(at(set_up, setup_end));
+    }
+    for e in epilogues {
+        rows.push(at(entry, e.restore_end));
+        if u64::from(e.ret_end) < size {
+            rows.push(at(set_up, e.ret_end));
         }
     }
 }
@@ -56,7 +76,50 @@ pub(crate) fn frame_pointer_rows(
 /// The row of a function whose frame nobody described: the canonical frame, based on the
 /// frame pointer.
 pub(crate) fn default_row(arch: Arch) -> UnwindRow {
+    fp_states(arch)[2]
+}
+
+/// The callee-saved registers besides the frame pointer that a function without register
+/// rules may have changed: undefined in its caller.
+pub fn callee_saved(arch: Arch) -> &'static [u16] {
     match arch {
-        Arch::X86_64 | Arch::Aarch64 => x86_64::FRAME_SET_UP,
+        Arch::X86_64 => &x86_64::CALLEE_SAVED,
+        Arch::Aarch64 => &aarch64::CALLEE_SAVED,
+    }
+}
+
+/// The name of `arch`'s DWARF register `n`, if it is a general-purpose register, the stack
+/// pointer or the program counter.
+pub fn register_name(arch: Arch, n: u16) -> Option<&'static str> {
+    match arch {
+        Arch::X86_64 => x86_64::register_name(n),
+        Arch::Aarch64 => aarch64::register_name(n),
+    }
+}
+
+/// Why `arch`'s register `reg` cannot take a register rule, if it cannot.
+pub(crate) fn rule_register_problem(arch: Arch, reg: u16) -> Option<String> {
+    match arch {
+        Arch::X86_64 => x86_64::rule_register_problem(reg),
+        Arch::Aarch64 => aarch64::rule_register_problem(reg),
+    }
+}
+
+/// The lowest `cfa_offset` an sp-based row may have: the return address is at CFA - 8 on
+/// x86-64 (the `call` pushed it), in x30 on aarch64 (nothing is on the stack at entry).
+pub(crate) fn min_sp_cfa_offset(arch: Arch) -> i32 {
+    match arch {
+        Arch::X86_64 => 8,
+        Arch::Aarch64 => 0,
+    }
+}
+
+/// The highest stack slot a register rule may name: CFA - 8 holds the return address on
+/// x86-64; on aarch64 nothing is there unless a frame record is, so CFA - 8 is a slot
+/// (`stp x19, x20, [sp, #-16]!` in a leaf puts x20 there).
+pub(crate) fn highest_save_slot(arch: Arch) -> i32 {
+    match arch {
+        Arch::X86_64 => -16,
+        Arch::Aarch64 => -8,
     }
 }

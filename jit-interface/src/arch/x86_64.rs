@@ -3,7 +3,7 @@
 //! it rsp + 16 with the caller's rbp at CFA - 16; `mov rbp, rsp` bases it on rbp.
 
 use super::Regs;
-use crate::model::{CfaBase, Epilogue, UnwindRow};
+use crate::model::{CfaBase, UnwindRow};
 
 pub const RBP: u16 = 6;
 pub const RSP: u16 = 7;
@@ -25,7 +25,7 @@ pub const ENTRY: UnwindRow = UnwindRow {
 };
 
 /// After `push rbp`: CFA = rsp + 16, the caller's rbp at CFA - 16.
-const PUSHED: UnwindRow = UnwindRow {
+pub const PUSHED: UnwindRow = UnwindRow {
     offset: 0,
     cfa_base: CfaBase::Sp,
     cfa_offset: 16,
@@ -39,29 +39,6 @@ pub const FRAME_SET_UP: UnwindRow = UnwindRow {
     cfa_offset: 16,
     fp_offset: -16,
 };
-
-/// See [`super::frame_pointer_rows`].
-pub(crate) fn frame_pointer_rows(
-    push_end: u32,
-    setup_end: u32,
-    epilogues: &[Epilogue],
-    size: u64,
-    rows: &mut Vec<UnwindRow>,
-) {
-    let at = |row: UnwindRow, offset| UnwindRow { offset, ..row };
-    rows.reserve(3 + 2 * epilogues.len());
-    rows.push(ENTRY);
-    rows.push(at(PUSHED, push_end));
-    if setup_end > push_end {
-        rows.push(at(FRAME_SET_UP, setup_end));
-    }
-    for e in epilogues {
-        rows.push(at(ENTRY, e.restore_end));
-        if u64::from(e.ret_end) < size {
-            rows.push(at(FRAME_SET_UP, e.ret_end));
-        }
-    }
-}
 
 /// rbx, the first callee-saved register besides rbp (System V AMD64 ABI).
 pub const RBX: u16 = 3;

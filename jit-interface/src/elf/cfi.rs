@@ -16,35 +16,80 @@ use super::bytes::{extend_small, patch_length, Put, Small};
 use super::layout::{Layout, MAX_PADDING};
 use crate::error::{Error, Result};
 use crate::model::{
-    check_unwind_rows, Arch, CfaBase, Frame, Function, RegisterRule, SavedRegister, UnwindRow,
+    check_unwind_rows, register_rule_at, Arch, CfaBase, Frame, Function, RegisterRule,
+    SavedRegister, UnwindRow,
 };
 
-/// x86-64 DWARF register numbers (`crate::arch::x86_64`), as CFI opcodes take them.
-const RBP: u8 = crate::arch::x86_64::RBP as u8;
-const RSP: u8 = crate::arch::x86_64::RSP as u8;
-/// The return-address column (x86-64 `rip`).
-const RA: u8 = crate::arch::x86_64::RIP as u8;
-/// Stack slots are 8 bytes: offsets are stored divided by this.
+/// Stack slots are 8 bytes on both architectures (the model checks offsets are multiples of
+/// 8): offsets are stored divided by this. GCC's aarch64 CIEs use -8 too; code offsets are
+/// in bytes (code alignment 1) on both, so that one advance encoder serves both and any
+/// offset the model holds is exact.
 const DATA_ALIGN: i32 = -8;
 
 /// Most functions one FDE describes.
 pub(super) const FDE_FUNCTIONS: usize = 32;
 
-fn cfa_register(base: CfaBase) -> u8 {
+/// What CFI needs of an architecture, as constants: the encoder is generic over it, so the
+/// x86-64 path compiles to what it was with the numbers spelled out.
+pub(super) trait Isa {
+    const ARCH: Arch;
+    /// DWARF numbers, as CFI opcodes take them (all below 64).
+    const FP: u8;
+    const SP: u8;
+    /// The return-address column (x86-64 `rip`, aarch64 `x30`).
+    const RA: u8;
+    /// Whether the return address is saved with the frame pointer, one word above it (the
+    /// aarch64 frame record), rather than pushed by the call at CFA - 8 (x86-64).
+    const RA_IN_RECORD: bool;
+    /// The rules at a function's first instruction, which the CIE states.
+    const ENTRY: UnwindRow;
+    /// Registers undefined unless described (see `write_cie`).
+    const CALLEE_SAVED: &'static [u16];
+    /// The CIE's size.
+    const CIE_LEN: usize;
+}
+
+pub(super) struct X86_64;
+pub(super) struct Aarch64;
+
+impl Isa for X86_64 {
+    const ARCH: Arch = Arch::X86_64;
+    const FP: u8 = crate::arch::x86_64::RBP as u8;
+    const SP: u8 = crate::arch::x86_64::RSP as u8;
+    const RA: u8 = crate::arch::x86_64::RIP as u8;
+    const RA_IN_RECORD: bool = false;
+    const ENTRY: UnwindRow = crate::arch::x86_64::ENTRY;
+    const CALLEE_SAVED: &'static [u16] = &crate::arch::x86_64::CALLEE_SAVED;
+    const CIE_LEN: usize = CIE_LEN;
+}
+
+impl Isa for Aarch64 {
+    const ARCH: Arch = Arch::Aarch64;
+    const FP: u8 = crate::arch::aarch64::X29 as u8;
+    const SP: u8 = crate::arch::aarch64::SP as u8;
+    const RA: u8 = crate::arch::aarch64::X30 as u8;
+    const RA_IN_RECORD: bool = true;
+    const ENTRY: UnwindRow = crate::arch::aarch64::ENTRY;
+    const CALLEE_SAVED: &'static [u16] = &crate::arch::aarch64::CALLEE_SAVED;
+    const CIE_LEN: usize = 40;
+}
+
+fn cfa_register<I: Isa>(base: CfaBase) -> u8 {
     match base {
-        CfaBase::Sp => RSP,
-        CfaBase::Fp => RBP,
+        CfaBase::Sp => I::SP,
+        CfaBase::Fp => I::FP,
     }
 }
 
 /// Most bytes of a transition (with `DW_CFA_restore_state` and `DW_CFA_remember_state`
-/// before it): `DW_CFA_def_cfa` and `DW_CFA_offset` with 32-bit operands.
-const TRANSITION: usize = 2 + 1 + 1 + 5 + 1 + 5;
+/// before it): `DW_CFA_def_cfa` and `DW_CFA_offset` with 32-bit operands, and on aarch64
+/// a second `DW_CFA_offset` for the return address in the frame record.
+const TRANSITION: usize = 2 + 1 + 1 + 5 + 1 + 5 + 1 + 5;
 
 /// Appends the instructions that turn the rule set `prev` into `next`.
 #[inline(always)]
-fn transition(prev: &UnwindRow, next: &UnwindRow, out: &mut impl Put) {
-    let (reg, offset) = (cfa_register(next.cfa_base), next.cfa_offset);
+fn transition<I: Isa>(prev: &UnwindRow, next: &UnwindRow, out: &mut impl Put) {
+    let (reg, offset) = (cfa_register::<I>(next.cfa_base), next.cfa_offset);
     // Validated rows have CFA offsets of 8 or more, so they encode unsigned.
     let offset = offset as u64;
     match (
@@ -68,12 +113,21 @@ fn transition(prev: &UnwindRow, next: &UnwindRow, out: &mut impl Put) {
     }
     if prev.fp_offset != next.fp_offset {
         if next.fp_offset == 0 {
-            // Back to the CIE's rule: the caller's frame pointer is in its register.
-            out.u8(dw::DW_CFA_restore.0 | RBP);
+            // Back to the CIE's rule: the caller's frame pointer is in its register (and
+            // on aarch64 the return address in x30).
+            out.u8(dw::DW_CFA_restore.0 | I::FP);
+            if I::RA_IN_RECORD {
+                out.u8(dw::DW_CFA_restore.0 | I::RA);
+            }
         } else {
             // Validated: a save slot at CFA - 16 or below, a multiple of 8.
-            out.u8(dw::DW_CFA_offset.0 | RBP);
+            out.u8(dw::DW_CFA_offset.0 | I::FP);
             out.uleb((next.fp_offset / DATA_ALIGN) as u64);
+            if I::RA_IN_RECORD {
+                // The frame record's second word.
+                out.u8(dw::DW_CFA_offset.0 | I::RA);
+                out.uleb(((next.fp_offset + 8) / DATA_ALIGN) as u64);
+            }
         }
     }
 }
@@ -99,8 +153,8 @@ fn advance(delta: u64, out: &mut Vec<u8>) {
 #[derive(Default)]
 pub(super) struct Parts {
     pub frame: Vec<u8>,
-    /// The CIE, the same in every payload.
-    cie: Option<[u8; CIE_LEN]>,
+    /// The CIE, the same in every payload of its architecture.
+    cie: Option<(Arch, Vec<u8>)>,
     rows: Vec<UnwindRow>,
     first_rows: Vec<UnwindRow>,
     /// Of the two [`Repeat`]s.
@@ -130,12 +184,12 @@ struct Rows<'f, 'p> {
 
 impl<'f> Rows<'f, '_> {
     /// The rows of `f`, and whether they are those of the function asked about before.
-    fn of<'a>(&'a mut self, arch: Arch, f: Function<'f>) -> Result<(&'a [UnwindRow], bool)>
+    fn of<'a, I: Isa>(&'a mut self, f: Function<'f>) -> Result<(&'a [UnwindRow], bool)>
     where
         'f: 'a,
     {
         let check = |rows: &[UnwindRow]| {
-            check_unwind_rows(rows, f.size()).map_err(|why| Error::BadRows {
+            check_unwind_rows(I::ARCH, rows, f.size()).map_err(|why| Error::BadRows {
                 function: f.name().into(),
                 why,
             })
@@ -148,7 +202,7 @@ impl<'f> Rows<'f, '_> {
         }
         let same = matches!(self.of, Some((frame, size)) if size == f.size() && same_frame(frame, f.frame()));
         if !same {
-            f.frame().rows_into(arch, f.size().into(), self.rows);
+            f.frame().rows_into(I::ARCH, f.size().into(), self.rows);
             // Rows made from a description the model checked (offsets inside the function,
             // in order) are good: see `Frame::rows`.
             debug_assert_eq!(check(self.rows), Ok(()));
@@ -193,36 +247,59 @@ fn finish_entry(out: &mut Vec<u8>, start: usize) -> Result<()> {
     patch_length(out, start, ".debug_frame")
 }
 
-/// Size of the CIE.
+/// Size of the x86-64 CIE (the one growing payloads start with).
 pub(super) const CIE_LEN: usize = 32;
+
+/// Writes the x86-64 CIE every FDE refers to (see [`write_cie_for`]).
+pub(super) fn write_cie(out: &mut Vec<u8>) -> Result<()> {
+    write_cie_for::<X86_64>(out)
+}
 
 /// Writes the CIE every FDE refers to: version 1 (what every debugger reads; GCC emits it
 /// too), no augmentation, code offsets in bytes, stack offsets factored by -8, and the
 /// state at a function's first instruction.
-pub(super) fn write_cie(out: &mut Vec<u8>) -> Result<()> {
+pub(super) fn write_cie_for<I: Isa>(out: &mut Vec<u8>) -> Result<()> {
     out.u32(0);
     out.u32(u32::MAX);
     out.u8(1);
     out.u8(0);
     out.uleb(1);
     out.sleb(DATA_ALIGN.into());
-    out.u8(RA);
-    // CFA = rsp + 8, return address at CFA - 8, rbp still the caller's.
+    out.u8(I::RA);
+    // x86-64: CFA = rsp + 8, return address at CFA - 8; aarch64: CFA = sp + 0, return
+    // address still in x30. The frame pointer is still the caller's.
     out.u8(dw::DW_CFA_def_cfa.0);
-    out.uleb(RSP.into());
-    out.uleb(UnwindRow::X86_64_ENTRY.cfa_offset as u64);
-    out.u8(dw::DW_CFA_offset.0 | RA);
-    out.uleb(1);
+    out.uleb(I::SP.into());
+    out.uleb(I::ENTRY.cfa_offset as u64);
+    if I::RA_IN_RECORD {
+        out.u8(dw::DW_CFA_same_value.0);
+        out.uleb(I::RA.into());
+    } else {
+        out.u8(dw::DW_CFA_offset.0 | I::RA);
+        out.uleb(1);
+    }
     out.u8(dw::DW_CFA_same_value.0);
-    out.uleb(RBP.into());
+    out.uleb(I::FP.into());
     // Callee-saved registers a function does not describe may have been changed: unknown
     // (GDB's default for unspecified callee-saved registers is "same value", which shows
     // the callee's value in the caller: wrong whenever the function did change them).
-    for reg in crate::arch::x86_64::CALLEE_SAVED {
+    for &reg in I::CALLEE_SAVED {
         out.u8(dw::DW_CFA_undefined.0);
         out.uleb(reg.into());
     }
-    finish_entry(out, 0)
+    finish_entry(out, 0)?;
+    debug_assert_eq!(out.len(), I::CIE_LEN);
+    Ok(())
+}
+
+/// The CIE of `I`, made once per thread and architecture.
+fn cie_of<I: Isa>(cie: &mut Option<(Arch, Vec<u8>)>) -> Result<&[u8]> {
+    if !matches!(cie, Some((arch, _)) if *arch == I::ARCH) {
+        let mut bytes = Vec::with_capacity(I::CIE_LEN);
+        write_cie_for::<I>(&mut bytes)?;
+        *cie = Some((I::ARCH, bytes));
+    }
+    Ok(cie.as_ref().map_or(&[], |(_, bytes)| bytes.as_slice()))
 }
 
 /// Appends the instruction that gives register rule `rule` (x86-64 registers are below 64,
@@ -255,7 +332,7 @@ fn register_rule(rule: &SavedRegister, out: &mut Vec<u8>) {
 /// its rows and its register rules in offset order. Registers with rules hold the
 /// caller's value until their first rule (the CIE says undefined for callee-saved ones):
 /// "same value" at the function's start.
-fn rows_and_registers(
+fn rows_and_registers<I: Isa>(
     f: Function,
     rows: &[UnwindRow],
     state: &mut UnwindRow,
@@ -286,8 +363,27 @@ fn rows_and_registers(
         };
         if let Some(row) = rows.get(ri).filter(|r| r.offset == offset) {
             let mut step = Small::<TRANSITION>::new();
-            transition(state, row, &mut step);
+            transition::<I>(state, row, &mut step);
             step.append_to(&mut at);
+            // On aarch64 a change of frame record restates the return address; a rule for
+            // x30 in effect overrides the record (`crate::arch::aarch64`): restate it.
+            if I::RA_IN_RECORD && state.fp_offset != row.fp_offset {
+                let ra = u16::from(I::RA);
+                let here = rules[gi..]
+                    .iter()
+                    .take_while(|g| g.offset == offset)
+                    .any(|g| g.reg == ra);
+                if let Some(rule) = register_rule_at(rules, ra, offset).filter(|_| !here) {
+                    register_rule(
+                        &SavedRegister {
+                            offset,
+                            reg: ra,
+                            rule,
+                        },
+                        &mut at,
+                    );
+                }
+            }
             *state = *row;
             ri += 1;
         }
@@ -307,9 +403,11 @@ fn rows_and_registers(
 
 /// Encodes the `.debug_frame` section for the functions of `layout` into `parts.frame`.
 pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
-    match &layout.functions[..] {
-        [p] => one_function(arch, p.f, parts),
-        _ => debug_frame_general(arch, layout, parts),
+    match (arch, &layout.functions[..]) {
+        (Arch::X86_64, [p]) => one_function::<X86_64>(p.f, parts),
+        (Arch::X86_64, _) => debug_frame_general::<X86_64>(layout, parts),
+        (Arch::Aarch64, [p]) => one_function::<Aarch64>(p.f, parts),
+        (Arch::Aarch64, _) => debug_frame_general::<Aarch64>(layout, parts),
     }
 }
 
@@ -318,38 +416,30 @@ pub(super) fn debug_frame(arch: Arch, layout: &Layout, parts: &mut Parts) -> Res
 /// registration without a debugger comes here: about 4% of its instructions saved
 /// (docs/PERFORMANCE.md section 6); the test `one_function_frames_are_written_as_by_the_general_path`
 /// checks it writes what [`debug_frame_general`] writes.
-fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
+fn one_function<I: Isa>(f: Function, parts: &mut Parts) -> Result<()> {
     let out = &mut parts.frame;
     out.clear();
     out.reserve(64);
-    let cie = match &mut parts.cie {
-        Some(cie) => cie,
-        None => {
-            let mut bytes = Vec::new();
-            write_cie(&mut bytes)?;
-            parts.cie.insert(bytes.try_into().expect("CIE_LEN bytes"))
-        }
-    };
-    out.extend_from_slice(cie);
+    out.extend_from_slice(cie_of::<I>(&mut parts.cie)?);
     let mut rows = Rows {
         of: None,
         rows: &mut parts.rows,
     };
-    let (rows, _) = rows.of(arch, f)?;
+    let (rows, _) = rows.of::<I>(f)?;
     let at = out.len();
     out.u32(0);
     // CIE pointer: the offset of the CIE in the section.
     out.u32(0);
     out.u64(f.start());
     out.u64(f.size().into());
-    let (mut state, mut loc) = (UnwindRow::X86_64_ENTRY, f.start());
+    let (mut state, mut loc) = (I::ENTRY, f.start());
     if !f.register_rules().is_empty() {
-        rows_and_registers(f, rows, &mut state, &mut loc, out);
+        rows_and_registers::<I>(f, rows, &mut state, &mut loc, out);
         return finish_entry(out, at);
     }
     for row in rows {
         let mut step = Small::<TRANSITION>::new();
-        transition(&state, row, &mut step);
+        transition::<I>(&state, row, &mut step);
         if step.len() > 0 {
             let addr = f.start() + u64::from(row.offset);
             advance(addr - loc, out);
@@ -362,7 +452,7 @@ fn one_function(arch: Arch, f: Function, parts: &mut Parts) -> Result<()> {
 }
 
 /// [`debug_frame`] for any number of functions.
-fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result<()> {
+fn debug_frame_general<I: Isa>(layout: &Layout, parts: &mut Parts) -> Result<()> {
     let Parts {
         frame: out,
         cie,
@@ -377,16 +467,8 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
     out.reserve(32 + functions.len() * 16 + functions.len() / 2);
 
     // The CIE, at offset 0 (made once per thread).
-    let cie = match cie {
-        Some(cie) => cie,
-        None => {
-            let mut bytes = Vec::new();
-            write_cie(&mut bytes)?;
-            cie.insert(bytes.try_into().expect("CIE_LEN bytes"))
-        }
-    };
-    out.extend_from_slice(cie);
-    let entry = UnwindRow::X86_64_ENTRY;
+    out.extend_from_slice(cie_of::<I>(cie)?);
+    let entry = I::ENTRY;
 
     let mut rows = Rows { of: None, rows };
     // For the first functions of FDEs, and for the others.
@@ -436,7 +518,7 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
         }
         // Rows the same as the previous function's (which is in the open FDE) match the
         // FDE's first function as the previous function's did.
-        let (rows, same) = rows.of(arch, f)?;
+        let (rows, same) = rows.of::<I>(f)?;
         // Neighbours share an FDE (the padding between them, never executed, gets the
         // rules of the function before it) if their rules match the first function's.
         // One FDE spans at most u32::MAX bytes, so every advance fits DW_CFA_advance_loc4.
@@ -488,7 +570,7 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
             }
         };
         if has_registers {
-            rows_and_registers(f, rows, &mut fde.state, &mut fde.loc, out);
+            rows_and_registers::<I>(f, rows, &mut fde.state, &mut fde.loc, out);
             // Nothing joins this FDE, and the repeats compare rows again.
             fde.functions = FDE_FUNCTIONS;
             fde.end = f.end();
@@ -516,14 +598,14 @@ fn debug_frame_general(arch: Arch, layout: &Layout, parts: &mut Parts) -> Result
             let (begin, loc) = (out.len(), fde.loc);
             for (n, row) in rows.iter().enumerate() {
                 let mut step = Small::<TRANSITION>::new();
-                transition(&fde.state, row, &mut step);
+                transition::<I>(&fde.state, row, &mut step);
                 if n == 0 && fde.functions > 0 {
                     // Either from the previous function's last rules, or back to the entry
                     // state (and keep it again) and from there: whichever is shorter.
                     let mut reset = Small::<TRANSITION>::new();
                     reset.u8(dw::DW_CFA_restore_state.0);
                     reset.u8(dw::DW_CFA_remember_state.0);
-                    transition(&entry, row, &mut reset);
+                    transition::<I>(&entry, row, &mut reset);
                     if reset.len() < step.len() {
                         step = reset;
                     }
@@ -1177,7 +1259,7 @@ mod tests {
                         Layout::new(&[&one], &mut lp, super::super::layout::Spans::Padding)
                             .unwrap();
                     let got = super::debug_frame(Arch::X86_64, &layout, &mut fast);
-                    let want = super::debug_frame_general(Arch::X86_64, &layout, &mut general);
+                    let want = super::debug_frame_general::<super::X86_64>(&layout, &mut general);
                     assert_eq!(got, want, "seed {seed}");
                     assert_eq!(fast.frame, general.frame, "seed {seed}: {}", f.name());
                     checked += 1;
@@ -1207,5 +1289,214 @@ mod tests {
         assert_eq!(rule_at(&p, base + 70_001), framed);
         assert_eq!(rule_at(&p, base + u64::from(size) - 2), framed);
         assert_eq!(rule_at(&p, base + u64::from(size) - 1), entry);
+    }
+
+    /// Every rule gimli reads at `addr` for the aarch64 registers that matter: (CFA
+    /// register, CFA offset, x29, x30, x19, x20).
+    fn aarch64_rules_at(p: &Parsed, addr: u64) -> (u16, i64, Rule, Rule, Rule, Rule) {
+        use crate::arch::aarch64::{X19, X29, X30};
+        let mut frame = gimli::DebugFrame::new(p.section(".debug_frame"), gimli::LittleEndian);
+        frame.set_address_size(8);
+        let bases = BaseAddresses::default();
+        let mut ctx = UnwindContext::new();
+        let row = frame
+            .unwind_info_for_address(&bases, &mut ctx, addr, gimli::DebugFrame::cie_from_offset)
+            .unwrap_or_else(|e| panic!("no unwind row at {addr:#x}: {e}"));
+        let CfaRule::RegisterAndOffset { register, offset } = *row.cfa() else {
+            panic!("CFA is an expression")
+        };
+        let reg = |r: u16| row.register(gimli::Register(r));
+        (
+            register.0,
+            offset,
+            reg(X29),
+            reg(X30),
+            reg(X19),
+            reg(X19 + 1),
+        )
+    }
+
+    /// What the model says the rules of an aarch64 function are at `offset`, in the shape
+    /// of [`aarch64_rules_at`]: the frame record places x29 and x30 (x30 in its register
+    /// while none is saved), a register rule for x30 overrides the record, x19 and x20 are
+    /// undefined without rules and the caller's before their first.
+    fn aarch64_model_rules(
+        f: &crate::model::Function,
+        offset: u32,
+    ) -> (u16, i64, Rule, Rule, Rule, Rule) {
+        use crate::arch::aarch64::{X19, X30};
+        use crate::model::{register_rule_at, Arch, RegisterRule as M};
+        let rows = f.frame().rows(Arch::Aarch64, f.size().into());
+        let row = rows[rows.partition_point(|r| r.offset <= offset) - 1];
+        let slot = |n: i32| Some(RegisterRule::Offset(n.into()));
+        let (x29, record_ra) = match row.fp_offset {
+            0 => (Some(RegisterRule::SameValue), Some(RegisterRule::SameValue)),
+            n => (slot(n), slot(n + 8)),
+        };
+        let rules = f.register_rules();
+        let described = |reg: u16, default: Rule| {
+            let Some(first) = rules.iter().find(|r| r.reg == reg) else {
+                return default;
+            };
+            match register_rule_at(rules, reg, offset) {
+                None => {
+                    let _ = first;
+                    Some(RegisterRule::SameValue)
+                }
+                Some(M::AtCfa(n)) => slot(n),
+                Some(M::InRegister(r)) => Some(RegisterRule::Register(gimli::Register(r))),
+                Some(M::SameValue) => Some(RegisterRule::SameValue),
+                Some(M::Undefined) => Some(RegisterRule::Undefined),
+            }
+        };
+        // x30 before its first rule: the record's rule (the frame rows say where it is).
+        let x30 = if register_rule_at(rules, X30, offset).is_some() {
+            described(X30, record_ra)
+        } else {
+            record_ra
+        };
+        let base = match row.cfa_base {
+            CfaBase::Sp => crate::arch::aarch64::SP,
+            CfaBase::Fp => crate::arch::aarch64::X29,
+        };
+        (
+            base,
+            row.cfa_offset.into(),
+            x29,
+            x30,
+            described(X19, Some(RegisterRule::Undefined)),
+            described(X19 + 1, Some(RegisterRule::Undefined)),
+        )
+    }
+
+    /// aarch64 objects: EM_AARCH64 CFI (RA column 30, CFA = sp + 0 at entry), read back by
+    /// gimli at every offset of every function, alone (the one-function path) and together
+    /// (shared FDEs), equal to the model's rules.
+    #[test]
+    fn aarch64_cfi_round_trips_at_every_offset() {
+        use crate::arch::aarch64::{X19, X30};
+        use crate::model::{Arch, RegisterRule as M};
+        let base = 0x4000_1000u64;
+        let mut o = JitObject::with_arch(Arch::Aarch64);
+        // stp x29, x30, [sp, #-16]!; mov x29, sp; ...; ldp x29, x30, [sp], #16; ret;
+        // more code; ldp; ret.
+        let fp = o.add_function("fp", base, 48).unwrap();
+        o.set_frame_pointer(fp, 4, 8).unwrap();
+        o.add_epilogue(fp, 24, 28).unwrap();
+        o.add_epilogue(fp, 44, 48).unwrap();
+        // Described by nothing: the canonical frame everywhere.
+        o.add_function("default", base + 48, 16).unwrap();
+        // A leaf: sub sp, sp, #32; ...; add sp, sp, #32; ret. x30 stays in its register.
+        let leaf = o.add_function("leaf", base + 64, 16).unwrap();
+        let sp_row = |offset, cfa_offset| UnwindRow {
+            offset,
+            cfa_base: CfaBase::Sp,
+            cfa_offset,
+            fp_offset: 0,
+        };
+        o.set_unwind(leaf, &[sp_row(0, 0), sp_row(4, 32), sp_row(12, 0)])
+            .unwrap();
+        // GCC's shape: stp x29, x30, [sp, #-48]!; mov x29, sp; stp x19, x20, [sp, #16];
+        // ...; ldp x19, x20, [sp, #16]; ldp x29, x30, [sp], #48; ret.
+        let gcc = o.add_function("gcc", base + 80, 32).unwrap();
+        let row = |offset, cfa_base, cfa_offset, fp_offset| UnwindRow {
+            offset,
+            cfa_base,
+            cfa_offset,
+            fp_offset,
+        };
+        o.set_unwind(
+            gcc,
+            &[
+                row(0, CfaBase::Sp, 0, 0),
+                row(4, CfaBase::Sp, 48, -48),
+                row(8, CfaBase::Fp, 48, -48),
+                row(28, CfaBase::Sp, 0, 0),
+            ],
+        )
+        .unwrap();
+        o.add_register_rule(gcc, 12, X19, M::AtCfa(-32)).unwrap();
+        o.add_register_rule(gcc, 12, X19 + 1, M::AtCfa(-24))
+            .unwrap();
+        o.add_register_rule(gcc, 24, X19, M::SameValue).unwrap();
+        o.add_register_rule(gcc, 24, X19 + 1, M::SameValue).unwrap();
+        // A leaf that saves only the link register: str x30, [sp, #-16]!; bl ...;
+        // ldr x30, [sp], #16; ret. Its x30 rule moves the return address.
+        let lr = o.add_function("lr_only", base + 112, 20).unwrap();
+        o.set_unwind(lr, &[sp_row(0, 0), sp_row(4, 16), sp_row(12, 0)])
+            .unwrap();
+        o.add_register_rule(lr, 4, X30, M::AtCfa(-16)).unwrap();
+        o.add_register_rule(lr, 12, X30, M::SameValue).unwrap();
+        // A frame-record function whose x30 is moved to x9 after the record (a rule
+        // that outlives the record: restated where the record goes).
+        let moved = o.add_function("moved", base + 132, 24).unwrap();
+        o.set_frame_pointer(moved, 4, 8).unwrap();
+        o.add_epilogue(moved, 16, 20).unwrap();
+        o.add_register_rule(moved, 12, X30, M::InRegister(9))
+            .unwrap();
+
+        let whole = Parsed::encode(&o);
+        assert_eq!(
+            object::Object::architecture(&whole.file()),
+            object::Architecture::Aarch64
+        );
+        let mut checked = 0;
+        for f in o.functions().iter() {
+            let mut alone = JitObject::with_arch(Arch::Aarch64);
+            let g = alone
+                .add_function(f.name(), f.start(), f.size().into())
+                .unwrap();
+            match f.frame() {
+                crate::model::Frame::Rows(rows) => alone.set_unwind(g, rows).unwrap(),
+                crate::model::Frame::FramePointer {
+                    push_end,
+                    setup_end,
+                    epilogues,
+                } => {
+                    alone.set_frame_pointer(g, *push_end, *setup_end).unwrap();
+                    for e in epilogues {
+                        alone.add_epilogue(g, e.restore_end, e.ret_end).unwrap();
+                    }
+                }
+                crate::model::Frame::Default => {}
+            }
+            alone.set_register_rules(g, f.register_rules()).unwrap();
+            let single = Parsed::encode(&alone);
+            for off in 0..f.size() {
+                let want = aarch64_model_rules(&f, off);
+                let addr = f.start() + u64::from(off);
+                assert_eq!(aarch64_rules_at(&whole, addr), want, "{} +{off}", f.name());
+                assert_eq!(
+                    aarch64_rules_at(&single, addr),
+                    want,
+                    "{} +{off} alone",
+                    f.name()
+                );
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 48 + 16 + 16 + 32 + 20 + 24);
+        // The rules spelled out for the frame-record function: entry, after stp, after
+        // mov, after ldp (entry again), after ret (framed again).
+        let same = || Some(RegisterRule::SameValue);
+        let undef = || Some(RegisterRule::Undefined);
+        let off = |n| Some(RegisterRule::Offset(n));
+        let at = |o: u64| aarch64_rules_at(&whole, base + o);
+        assert_eq!(at(0), (31, 0, same(), same(), undef(), undef()));
+        assert_eq!(at(4), (31, 16, off(-16), off(-8), undef(), undef()));
+        assert_eq!(at(8), (29, 16, off(-16), off(-8), undef(), undef()));
+        assert_eq!(at(24), (31, 0, same(), same(), undef(), undef()));
+        assert_eq!(at(28), (29, 16, off(-16), off(-8), undef(), undef()));
+        // The default function: the canonical frame on x29.
+        assert_eq!(at(48), (29, 16, off(-16), off(-8), undef(), undef()));
+        // GCC's frame: record at the bottom, x19/x20 above it.
+        assert_eq!(
+            at(80 + 12),
+            (29, 48, off(-48), off(-40), off(-32), off(-24))
+        );
+        // The link-register-only leaf, and the x30 kept in x9 past the record's restore.
+        assert_eq!(at(112 + 4), (31, 16, same(), off(-16), undef(), undef()));
+        let x9 = Some(RegisterRule::Register(gimli::Register(9)));
+        assert_eq!(at(132 + 16), (31, 0, same(), x9, undef(), undef()));
     }
 }

@@ -32,12 +32,7 @@ use std::collections::HashMap;
 use super::bytes::{extend_small, offset32, patch_length, Put, Small};
 use super::layout::{adjacent_ranges, Layout, Unit, MAX_PADDING, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::model::{
-    Arch, BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind,
-};
-
-/// The frame pointer (x86-64 `rbp`), base of [`Location::FrameOffset`].
-const FRAME_POINTER: u8 = crate::arch::x86_64::RBP as u8;
+use crate::model::{BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind};
 
 /// Line program parameters: the usual ones (GCC, LLVM), suited to small address and line
 /// steps.
@@ -809,7 +804,9 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
                     info.out.u8(dw::DW_OP_plus.0);
                 }
                 None => {
-                    info.out.u8(dw::DW_OP_breg0.0 + FRAME_POINTER);
+                    // The frame pointer (x86-64 `rbp`, aarch64 `x29`; both below 32).
+                    let fp = crate::arch::regs(f.arch()).fp as u8;
+                    info.out.u8(dw::DW_OP_breg0.0 + fp);
                     info.out.sleb(o.into());
                 }
             },
@@ -824,7 +821,7 @@ fn variables_and_blocks(info: &mut Info, f: &Function, types: &TypeOffsets) {
 /// adds the same `k` (16 for the standard frame). `None` for functions that never base the
 /// CFA on the frame pointer, or do with different offsets.
 fn frame_pointer_from_cfa(f: &Function) -> Option<i64> {
-    let rows = f.frame().rows(Arch::X86_64, f.size().into());
+    let rows = f.frame().rows(f.arch(), f.size().into());
     let mut fp_rows = rows.iter().filter(|r| r.cfa_base == CfaBase::Fp);
     let k = fp_rows.next()?.cfa_offset;
     fp_rows.all(|r| r.cfa_offset == k).then_some(i64::from(k))

@@ -93,6 +93,18 @@ fn encode_with(
     spans: Spans<'_>,
     spanning: &mut Vec<(u64, u64)>,
 ) -> Result<Vec<u8>> {
+    // Rows and registers are read with `arch`'s numbers: an object of another architecture
+    // would be described wrongly.
+    if let Some((k, o)) = objects.iter().enumerate().find(|(_, o)| o.arch() != arch) {
+        return Err(Error::Unsupported {
+            format: crate::error::PayloadFormat::Elf,
+            why: format!(
+                "object {k} is {} code but the payload is for {}: one payload holds one architecture",
+                o.arch().name(),
+                arch.name()
+            ),
+        });
+    }
     let layout = layout::Layout::new(objects, &mut scratch.layout, spans)?;
     layout.spanning_runs(spanning);
     let sources = layout::sources_of(objects);
@@ -108,15 +120,6 @@ fn encode_layout(
     scratch: &mut scratch::Scratch,
     buf: Vec<u8>,
 ) -> Result<Vec<u8>> {
-    if arch != Arch::X86_64 {
-        return Err(Error::Unsupported {
-            format: crate::error::PayloadFormat::Elf,
-            why: format!(
-                "the ELF encoder writes x86-64 objects only; this object is for {}",
-                arch.name()
-            ),
-        });
-    }
     dwarf::build(layout, &mut scratch.dwarf)?;
     cfi::debug_frame(arch, layout, &mut scratch.cfi)?;
     let debug = &scratch.dwarf;
@@ -165,7 +168,7 @@ fn encode_layout(
             data: &sources,
         },
     ];
-    Ok(writer::write(layout, &sections, buf))
+    Ok(writer::write(arch, layout, &sections, buf))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The ELF container: a relocatable x86-64 object (what LLVM's JITs register too) whose
+//! The ELF container: a relocatable x86-64 or aarch64 object (what LLVM's JITs register too) whose
 //! sections carry the code's real addresses. Every size is known before writing, so the
 //! object is written in one pass into a buffer of exactly its size.
 //!
@@ -23,7 +23,7 @@
 use object::elf;
 
 use super::layout::Layout;
-use crate::model::Function;
+use crate::model::{Arch, Function};
 
 /// A non-ALLOC data section.
 pub(super) struct DataSection<'a> {
@@ -207,9 +207,19 @@ impl Out {
     }
 }
 
-/// Writes the file header of a relocatable x86-64 object into `h` (zero) with its section
-/// headers at `headers_at`.
-pub(super) fn file_header(h: &mut [u8; FILE_HEADER], headers_at: usize, shnum: u16, shstrndx: u16) {
+/// Writes the file header of a relocatable object for `arch` into `h` (zero) with its
+/// section headers at `headers_at`.
+pub(super) fn file_header(
+    arch: Arch,
+    h: &mut [u8; FILE_HEADER],
+    headers_at: usize,
+    shnum: u16,
+    shstrndx: u16,
+) {
+    let machine = match arch {
+        Arch::X86_64 => elf::EM_X86_64,
+        Arch::Aarch64 => elf::EM_AARCH64,
+    };
     h[..4].copy_from_slice(&[0x7f, b'E', b'L', b'F']);
     h[4] = elf::ELFCLASS64.0;
     h[5] = elf::ELFDATA2LSB.0;
@@ -217,7 +227,7 @@ pub(super) fn file_header(h: &mut [u8; FILE_HEADER], headers_at: usize, shnum: u
     h[7] = elf::ELFOSABI_NONE.0;
     // 8 bytes of padding.
     h[16..18].copy_from_slice(&elf::ET_REL.0.to_le_bytes());
-    h[18..20].copy_from_slice(&elf::EM_X86_64.0.to_le_bytes());
+    h[18..20].copy_from_slice(&machine.0.to_le_bytes());
     h[20..24].copy_from_slice(&u32::from(elf::EV_CURRENT.0).to_le_bytes());
     // Entry, program headers (0), section headers, flags (0).
     h[40..48].copy_from_slice(&(headers_at as u64).to_le_bytes());
@@ -239,6 +249,7 @@ pub(super) const DATA_SECTIONS: usize = 7;
 /// from `layout`.
 /// Writes the object into `buf` (emptied first; its capacity is reused when large enough).
 pub(super) fn write(
+    arch: Arch,
     layout: &Layout<'_>,
     sections: &[DataSection<'_>; DATA_SECTIONS],
     mut buf: Vec<u8>,
@@ -317,7 +328,7 @@ pub(super) fn write(
     } else {
         (count as u16, strtab as u16)
     };
-    file_header(out.next::<FILE_HEADER>(), headers_at, shnum, shstrndx);
+    file_header(arch, out.next::<FILE_HEADER>(), headers_at, shnum, shstrndx);
 
     for s in data {
         out.put(s.data);
@@ -558,10 +569,30 @@ mod tests {
             super::super::encode(&o),
             Err(Error::Overlap { .. })
         ));
+        // One object per architecture: an aarch64 object is no part of an x86-64 one.
+        let mut a = JitObject::with_arch(Arch::Aarch64);
+        a.add_function("arm", 0x9000, 0x10).unwrap();
+        let mut x = JitObject::with_arch(Arch::X86_64);
+        x.add_function("x", 0x1000, 0x10).unwrap();
+        let e = crate::elf::encode_objects(Arch::X86_64, &[&x, &a]).unwrap_err();
+        assert!(e.to_string().contains("object 1 is aarch64 code"), "{e}");
+    }
+
+    #[test]
+    fn aarch64_objects_say_em_aarch64() {
         let mut o = JitObject::with_arch(Arch::Aarch64);
-        o.add_function("a", 0x1000, 0x10).unwrap();
-        let e = super::super::encode(&o).unwrap_err();
-        assert!(e.to_string().contains("x86-64"), "{e}");
+        let f = o.add_function("arm", 0x4000_1000, 0x20).unwrap();
+        o.set_frame_pointer(f, 4, 8).unwrap();
+        let p = Parsed::encode(&o);
+        let file = p.file();
+        assert_eq!(file.architecture(), object::Architecture::Aarch64);
+        let sym = file.symbols().find(|s| s.name() == Ok("arm")).unwrap();
+        let section = file.section_by_index(sym.section_index().unwrap()).unwrap();
+        // Relocatable object: the value is an offset in the section.
+        assert_eq!(
+            (section.address() + sym.address(), sym.size()),
+            (0x4000_1000, 0x20)
+        );
     }
 }
 

@@ -1312,3 +1312,106 @@ fn format_md_shows_the_register_rules_example() {
         bytes.len()
     );
 }
+
+/// aarch64 objects in compact records: the header states the architecture, and every
+/// frame description an aarch64 JIT gives (the canonical stp/mov/ldp frame in kind 1, other
+/// frame-record layouts in kind 2, explicit rows with the entry CFA = sp + 0, leaf rows)
+/// and its register rules (x19-x28, x30, the CFA - 8 slot) come back as they were, with the
+/// rows the aarch64 model makes of them.
+#[test]
+fn aarch64_objects_round_trip() {
+    use crate::arch::aarch64::{self, X19, X30};
+    use crate::model::RegisterRule as R;
+    let mut o = JitObject::with_arch(Arch::Aarch64);
+    let canonical = o.add_function("canonical", 0x4000_1000, 40).unwrap();
+    o.set_frame_pointer(canonical, 4, 8).unwrap();
+    o.add_epilogue(canonical, 36, 40).unwrap();
+    o.set_lines(canonical, "a.js", &rows(&[(0, 1), (8, 2), (36, 3)]))
+        .unwrap();
+    let two = o.add_function("two_exits", 0x4000_1040, 48).unwrap();
+    o.set_frame_pointer(two, 4, 8).unwrap();
+    o.add_epilogue(two, 20, 24).unwrap();
+    o.add_epilogue(two, 44, 48).unwrap();
+    let leaf = o.add_function("leaf", 0x4000_1080, 16).unwrap();
+    let sp = |offset, cfa_offset| UnwindRow {
+        offset,
+        cfa_base: CfaBase::Sp,
+        cfa_offset,
+        fp_offset: 0,
+    };
+    o.set_unwind(leaf, &[sp(0, 0), sp(4, 16), sp(12, 0)])
+        .unwrap();
+    o.add_register_rule(leaf, 4, X19, R::AtCfa(-16)).unwrap();
+    o.add_register_rule(leaf, 4, X19 + 1, R::AtCfa(-8)).unwrap();
+    o.add_register_rule(leaf, 12, X19, R::SameValue).unwrap();
+    let lr = o.add_function("lr_only", 0x4000_10a0, 20).unwrap();
+    o.set_unwind(lr, &[sp(0, 0), sp(4, 16), sp(12, 0)]).unwrap();
+    o.add_register_rule(lr, 4, X30, R::AtCfa(-16)).unwrap();
+    o.add_register_rule(lr, 8, 28, R::InRegister(9)).unwrap();
+    o.add_register_rule(lr, 12, X30, R::SameValue).unwrap();
+    o.add_function("default", 0x4000_1100, 16).unwrap();
+
+    let bytes = encode(&o, Some(LIVE)).unwrap();
+    assert_eq!(&bytes[..HEADER_LEN], &super::header(Arch::Aarch64)[..]);
+    assert_eq!(bytes[5], 183, "the header's architecture byte: EM_AARCH64");
+    let d = decode(&bytes).unwrap();
+    assert_eq!(d.object, o);
+    assert_eq!(d.object.arch(), Arch::Aarch64);
+    let f = |name: &str| {
+        d.object
+            .functions()
+            .iter()
+            .find(|f| f.name() == name)
+            .unwrap()
+    };
+    // The canonical layout costs no byte: kind 1 made the aarch64 rows.
+    assert!(frame::is_canonical(
+        f("canonical").frame(),
+        Arch::Aarch64,
+        40
+    ));
+    let at = |row: UnwindRow, offset| UnwindRow { offset, ..row };
+    assert_eq!(
+        f("canonical").frame().rows(Arch::Aarch64, 40),
+        [
+            aarch64::ENTRY,
+            at(aarch64::PUSHED, 4),
+            at(aarch64::FRAME_SET_UP, 8),
+            at(aarch64::ENTRY, 36),
+        ]
+    );
+    assert_eq!(f("lr_only").register_rules().len(), 3);
+    assert_eq!(
+        f("leaf").register_rules()[1],
+        crate::model::SavedRegister {
+            offset: 4,
+            reg: X19 + 1,
+            rule: R::AtCfa(-8)
+        }
+    );
+    // The x86-64 canonical offsets are no aarch64 canonical frame: kind 2, still exact.
+    let mut x = JitObject::with_arch(Arch::Aarch64);
+    let g = x.add_function("x86_like", 0x4000_2000, 40).unwrap();
+    x.set_frame_pointer(g, 1, 4).unwrap();
+    x.add_epilogue(g, 39, 40).unwrap();
+    assert!(!frame::is_canonical(
+        x.functions().first().unwrap().frame(),
+        Arch::Aarch64,
+        40
+    ));
+    assert_eq!(decode(&encode(&x, None).unwrap()).unwrap().object, x);
+}
+
+/// A payload whose header says x86-64 but whose rules name aarch64-only registers is
+/// refused naming the problem: rules are checked against the payload's architecture.
+#[test]
+fn rules_are_checked_against_the_payload_architecture() {
+    use crate::model::RegisterRule as R;
+    let mut o = JitObject::with_arch(Arch::Aarch64);
+    let f = o.add_function("arm", 0x4000_1000, 32).unwrap();
+    o.add_register_rule(f, 4, 19, R::AtCfa(-8)).unwrap();
+    let mut bytes = encode(&o, None).unwrap();
+    bytes[5] = 62;
+    let e = decode(&bytes).unwrap_err().to_string();
+    assert!(e.contains("x19") || e.contains("register 19"), "{e}");
+}

@@ -2,8 +2,16 @@
 //! row (see [`jit_interface::UnwindRow`]) to recover the caller's registers.
 //!
 //! The architecture-specific parts (register numbers, where the return address lives, what
-//! a sane stack looks like) are in one module per architecture: [`x86_64`] now, aarch64
-//! beside it later.
+//! a sane stack looks like) are in one module per architecture: [`x86_64`] and [`aarch64`].
+//!
+//! ## Which architecture
+//! Each payload states its architecture, and each function's unwinder is its payload's,
+//! never the host's: an x86-64 reader in gdb-multiarch unwinds an aarch64 target. GDB hands
+//! over registers by DWARF number, and the PC's number differs (x86-64 `rip` 16, aarch64
+//! `pc` 32), so the PC is read with the numbers of each architecture that has registered
+//! code ([`Index::archs`]; in practice one), and a frame is the first one's whose PC falls
+//! in registered code. A PC read one way that lands in a function of the other architecture
+//! is refused ([`Outcome::Refused`]), never unwound with the wrong numbers.
 //!
 //! ## Which address to look up: the PC or the PC minus one
 //! In a caller frame the PC is a return address, the instruction after a call. If that call
@@ -16,10 +24,11 @@
 //!   same function and the row at the PC also describes the call before it (a call does not
 //!   change its caller's frame): use the PC;
 //! - otherwise (the PC is a function's first byte, or in no function while `pc - 1` is), the
-//!   frame is taken as a caller frame, and `pc - 1` used, only if the word just below its
-//!   stack pointer holds the PC, which is where the call pushed it (x86-64) — true for every
-//!   caller frame, whichever unwinder produced it, and for an innermost frame only by
-//!   coincidence.
+//!   frame is taken as a caller frame, and `pc - 1` used, only if the call left the PC where
+//!   it leaves it: the word just below the stack pointer (x86-64 `call` pushes it), the link
+//!   register x30 (aarch64 `bl`; every unwinder gives a caller frame's x30 as its return
+//!   address) — true for every caller frame, whichever unwinder produced it, and for an
+//!   innermost frame only by coincidence.
 //!
 //! ## Epilogues nobody declared: the code at the PC
 //! For a frame-pointer function whose epilogues were not declared, the row at a `ret` is
@@ -49,6 +58,7 @@ use jit_interface::{register_rule_at, Arch, RegisterRule};
 use crate::index::{CodeFn, Index};
 pub use crate::memory::Memory;
 
+pub mod aarch64;
 pub mod x86_64;
 
 /// Register values of the frame being unwound, by DWARF register number (`None`: unknown).
@@ -62,6 +72,9 @@ pub struct ArchRegs {
     pub pc: u16,
     pub sp: u16,
     pub fp: u16,
+    /// The link register, where a call leaves the return address (aarch64 x30); `None`
+    /// where the call pushes it (x86-64).
+    pub lr: Option<u16>,
 }
 
 /// The registers of the frame being unwound.
@@ -70,6 +83,8 @@ pub struct FrameRegs {
     pub pc: u64,
     pub sp: Option<u64>,
     pub fp: Option<u64>,
+    /// The link register (aarch64 x30; `None` on x86-64, or unknown).
+    pub lr: Option<u64>,
 }
 
 /// The caller's registers, as recovered. Everything else is unknown in the caller.
@@ -79,6 +94,26 @@ pub struct CallerRegs {
     pub sp: u64,
     /// `None`: the frame pointer was not saved and its value in this frame is unknown.
     pub fp: Option<u64>,
+    /// The link register (aarch64: the return address, which the `bl` left there; `None`
+    /// on x86-64).
+    pub lr: Option<u64>,
+}
+
+/// An epilogue instruction recognised at the PC, of either architecture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    X86_64(x86_64::Epilogue),
+    Aarch64(aarch64::Epilogue),
+}
+
+impl Epilogue {
+    /// The instructions from the PC on, as the debug output names them.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Epilogue::X86_64(e) => e.describe(),
+            Epilogue::Aarch64(e) => e.describe(),
+        }
+    }
 }
 
 /// What the code at the PC said about a frame.
@@ -90,7 +125,7 @@ pub enum PcCode {
     /// Read, no epilogue there: the function's row holds.
     Body,
     /// An epilogue instruction: its row replaced the function's.
-    Epilogue(x86_64::Epilogue),
+    Epilogue(Epilogue),
     /// `len` bytes at the PC could not be read: the function's row holds.
     Unreadable { len: usize },
 }
@@ -111,6 +146,9 @@ pub struct Step {
 pub enum Outcome {
     /// Not in (live) registered JIT code: let GDB's other unwinders handle it.
     NotOurs(&'static str),
+    /// In registered code, but not a frame this reader can unwind (the PC read with one
+    /// architecture's numbers is in a function of another): declined, with the reason.
+    Refused(String),
     /// A frame of a JIT function.
     Frame {
         func: CodeFn,
@@ -121,57 +159,117 @@ pub enum Outcome {
     },
 }
 
-/// Register numbers for the architecture GDB and this reader run on.
-pub fn host_regs() -> ArchRegs {
-    match Arch::HOST {
+/// The DWARF numbers of `arch`'s registers the unwinder reads and sets.
+pub fn arch_regs(arch: Arch) -> ArchRegs {
+    match arch {
         Arch::X86_64 => x86_64::REGS,
-        // aarch64 unwinding slots in here (x29 29, x30 30, sp 31, pc 32).
-        Arch::Aarch64 => ArchRegs {
-            pc: 32,
-            sp: 31,
-            fp: 29,
-        },
+        Arch::Aarch64 => aarch64::REGS,
     }
+}
+
+/// A set of architectures (those that have registered code: [`Index::archs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArchSet(u8);
+
+impl ArchSet {
+    /// Every architecture, in the order PCs are tried.
+    const ALL: [Arch; 2] = [Arch::X86_64, Arch::Aarch64];
+
+    fn bit(arch: Arch) -> u8 {
+        match arch {
+            Arch::X86_64 => 1,
+            Arch::Aarch64 => 2,
+        }
+    }
+
+    pub const EMPTY: ArchSet = ArchSet(0);
+
+    pub fn with(self, arch: Arch) -> ArchSet {
+        ArchSet(self.0 | ArchSet::bit(arch))
+    }
+
+    pub fn contains(self, arch: Arch) -> bool {
+        self.0 & ArchSet::bit(arch) != 0
+    }
+
+    /// The set as one byte (for an atomic), and back.
+    pub fn bits(self) -> u8 {
+        self.0
+    }
+    pub fn from_bits(bits: u8) -> ArchSet {
+        ArchSet(bits & 3)
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = Arch> {
+        ArchSet::ALL.into_iter().filter(move |&a| self.contains(a))
+    }
+}
+
+/// The architecture and PC of the frame `regs` gives: the PC read with the numbers of each
+/// architecture in `archs` in turn (one register read each), the first that `in_code`
+/// accepts (module docs, "Which architecture"). `None`: no PC in code.
+pub fn frame_pc(
+    archs: ArchSet,
+    regs: &dyn Registers,
+    in_code: impl Fn(u64) -> bool,
+) -> Option<(Arch, u64)> {
+    archs.iter().find_map(|arch| {
+        regs.get(arch_regs(arch).pc)
+            .filter(|&pc| in_code(pc))
+            .map(|pc| (arch, pc))
+    })
+}
+
+/// Is `pc` (or `pc - 1`, a return address at a function's end) in indexed code?
+fn covered(index: &Index, pc: u64) -> bool {
+    index.covers(pc) || pc.checked_sub(1).is_some_and(|a| index.covers(a))
 }
 
 /// Unwinds the frame whose registers `regs` gives.
 pub fn unwind(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Outcome {
-    let Some(pc) = regs.get(host_regs().pc) else {
-        return Outcome::NotOurs("the PC is unknown");
+    let Some((arch, pc)) = frame_pc(index.archs(), regs, |pc| covered(index, pc)) else {
+        return Outcome::NotOurs("the PC is not in registered JIT code");
     };
-    unwind_at(index, pc, regs, mem)
+    unwind_at(index, arch, pc, regs, mem)
 }
 
-/// [`unwind`] for a frame whose PC the caller has read already (every register read is a
-/// call into GDB's frame machinery, the dearest part of declining a native frame).
-pub fn unwind_at(index: &mut Index, pc: u64, regs: &dyn Registers, mem: &dyn Memory) -> Outcome {
-    let nums = host_regs();
+/// [`unwind`] for a frame whose PC the caller has read already, with `arch`'s numbers
+/// (every register read is a call into GDB's frame machinery, the dearest part of declining
+/// a native frame).
+pub fn unwind_at(
+    index: &mut Index,
+    arch: Arch,
+    pc: u64,
+    regs: &dyn Registers,
+    mem: &dyn Memory,
+) -> Outcome {
+    let nums = arch_regs(arch);
     // A PC outside all JIT code costs two map searches and nothing else.
-    if !index.covers(pc) && !pc.checked_sub(1).is_some_and(|a| index.covers(a)) {
+    if !covered(index, pc) {
         return Outcome::NotOurs("the PC is not in registered JIT code");
     }
     let frame = FrameRegs {
         pc,
         sp: regs.get(nums.sp),
         fp: regs.get(nums.fp),
+        lr: nums.lr.and_then(|lr| regs.get(lr)),
     };
-    let Some((func, lookup_pc)) = resolve(index, frame, mem) else {
+    let Some((func, lookup_pc)) = resolve(index, arch, frame, mem) else {
         return Outcome::NotOurs("the PC is in no live registered function");
     };
+    if func.arch != arch {
+        return Outcome::Refused(format!(
+            "the PC {pc:#x}, read as {}'s register {}, is in {}, a function of {} code: not unwound with another architecture's registers",
+            arch.name(),
+            nums.pc,
+            func.name(),
+            func.arch.name()
+        ));
+    }
     let at_return_address = Memo::produced(frame);
-    let step = match (func.arch, Arch::HOST) {
-        (Arch::X86_64, Arch::X86_64) => {
-            x86_64::step_at(&func, lookup_pc, &frame, at_return_address, mem)
-        }
-        _ => Step {
-            cfa: None,
-            caller: Err(format!(
-                "no {} unwinder in this reader (host is {})",
-                func.arch.name(),
-                Arch::HOST.name()
-            )),
-            code: PcCode::NotRead,
-        },
+    let step = match arch {
+        Arch::X86_64 => x86_64::step_at(&func, lookup_pc, &frame, at_return_address, mem),
+        Arch::Aarch64 => aarch64::step_at(&func, lookup_pc, &frame, at_return_address, regs, mem),
     };
     Memo::keep(Memo {
         frame,
@@ -243,30 +341,43 @@ pub fn saved_registers(
 /// is the one `unwind` computes, epilogue rule included, so the id stays the same through
 /// an epilogue.
 pub fn frame_id(index: &mut Index, regs: &dyn Registers, mem: &dyn Memory) -> Option<(u64, u64)> {
-    let nums = host_regs();
-    let pc = regs.get(nums.pc)?;
+    let (arch, pc) = frame_pc(index.archs(), regs, |pc| covered(index, pc))?;
+    frame_id_at(index, arch, pc, regs, mem)
+}
+
+/// [`frame_id`] for a frame whose PC the caller has read with `arch`'s numbers.
+pub fn frame_id_at(
+    index: &mut Index,
+    arch: Arch,
+    pc: u64,
+    regs: &dyn Registers,
+    mem: &dyn Memory,
+) -> Option<(u64, u64)> {
+    let nums = arch_regs(arch);
     let frame = FrameRegs {
         pc,
         sp: regs.get(nums.sp),
         fp: regs.get(nums.fp),
+        lr: nums.lr.and_then(|lr| regs.get(lr)),
     };
     // What `resolve` picks for a PC inside a function past its first byte.
     let (func, lookup_pc) = match index.peek(pc) {
         Some(f) if pc > f.start => (f, pc),
-        _ => match unwind(index, regs, mem) {
+        _ => match unwind_at(index, arch, pc, regs, mem) {
             Outcome::Frame {
                 func, lookup_pc, ..
             } => (func, lookup_pc),
-            Outcome::NotOurs(_) => return None,
+            Outcome::NotOurs(_) | Outcome::Refused(_) => return None,
         },
     };
+    if func.arch != arch {
+        return None;
+    }
     let cfa = match Memo::cfa_of(frame, func.start, lookup_pc) {
         Some(cfa) => cfa,
-        None => match (func.arch, Arch::HOST) {
-            (Arch::X86_64, Arch::X86_64) => {
-                x86_64::cfa(&func, lookup_pc, &frame, Memo::produced(frame), mem)
-            }
-            _ => None,
+        None => match arch {
+            Arch::X86_64 => x86_64::cfa(&func, lookup_pc, &frame, Memo::produced(frame), mem),
+            Arch::Aarch64 => aarch64::cfa(&func, lookup_pc, &frame, Memo::produced(frame), mem),
         },
     };
     Some((func.start, cfa.or(frame.sp).unwrap_or(0)))
@@ -317,7 +428,12 @@ impl Memo {
 }
 
 /// Finds the live function of a frame and the address to look up rows with (module docs).
-fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(CodeFn, u64)> {
+fn resolve(
+    index: &mut Index,
+    arch: Arch,
+    frame: FrameRegs,
+    mem: &dyn Memory,
+) -> Option<(CodeFn, u64)> {
     let pc = frame.pc;
     let here = index.lookup(pc, mem);
     if let Some(f) = &here {
@@ -329,7 +445,7 @@ fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(Cod
     match (here, before) {
         (here, None) => here.map(|f| (f, pc)),
         (here, Some(b)) => {
-            if is_return_address(frame, mem) {
+            if is_return_address(arch, frame, mem) {
                 Some((b, pc - 1))
             } else {
                 here.map(|f| (f, pc))
@@ -339,10 +455,10 @@ fn resolve(index: &mut Index, frame: FrameRegs, mem: &dyn Memory) -> Option<(Cod
 }
 
 /// Does the frame look like a caller frame, its PC a return address?
-fn is_return_address(frame: FrameRegs, mem: &dyn Memory) -> bool {
-    match Arch::HOST {
+fn is_return_address(arch: Arch, frame: FrameRegs, mem: &dyn Memory) -> bool {
+    match arch {
         Arch::X86_64 => x86_64::pushed_return_address(frame, mem),
-        Arch::Aarch64 => false,
+        Arch::Aarch64 => aarch64::linked_return_address(frame),
     }
 }
 

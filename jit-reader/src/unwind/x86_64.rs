@@ -45,6 +45,7 @@ pub const REGS: ArchRegs = ArchRegs {
     pc: RIP,
     sp: RSP,
     fp: RBP,
+    lr: None,
 };
 
 /// End of the user half of the 48-bit address space.
@@ -189,7 +190,7 @@ pub fn row_at_pc(
         return Ok((row, PcCode::Unreadable { len }));
     }
     Ok(match epilogue_at(&code[..len]) {
-        Some(e) => (e.row(), PcCode::Epilogue(e)),
+        Some(e) => (e.row(), PcCode::Epilogue(super::Epilogue::X86_64(e))),
         None => (row, PcCode::Body),
     })
 }
@@ -334,6 +335,7 @@ pub fn step_at(
             pc: ra,
             sp: cfa,
             fp,
+            lr: None,
         }),
         code,
     }
@@ -372,6 +374,7 @@ mod tests {
             pc: CODE + pc_off,
             sp: Some(sp),
             fp,
+            lr: None,
         }
     }
 
@@ -401,7 +404,8 @@ mod tests {
             CallerRegs {
                 pc: NATIVE_RA,
                 sp: STACK + 8,
-                fp: Some(0x1234)
+                fp: Some(0x1234),
+                lr: None,
             }
         );
     }
@@ -691,7 +695,13 @@ mod tests {
     }
 
     use super::Epilogue::{Leave, MovRspRbp, PopRbp, Ret};
-    use PcCode::{Body, Epilogue as At};
+    use PcCode::Body;
+
+    /// What the code at the PC said: x86-64 epilogue `e`.
+    #[allow(non_snake_case)]
+    fn At(e: super::Epilogue) -> PcCode {
+        PcCode::Epilogue(crate::unwind::Epilogue::X86_64(e))
+    }
 
     #[test]
     fn undeclared_pop_rbp_ret() {
@@ -902,6 +912,7 @@ mod tests {
             for _ in 0..100 {
                 match unwind(&mut self.index, &regs, &self.mem) {
                     Outcome::NotOurs(why) => return (names, why.into()),
+                    Outcome::Refused(why) => return (names, why),
                     Outcome::Frame { func, step, .. } => {
                         names.push(func.name().to_owned());
                         match step.caller {
@@ -1120,7 +1131,10 @@ mod tests {
         let Outcome::Frame { step, .. } = unwind(&mut m.index, &r, &m.mem) else {
             panic!("a is ours")
         };
-        assert_eq!(step.code, PcCode::Epilogue(PopRbp));
+        assert_eq!(
+            step.code,
+            PcCode::Epilogue(crate::unwind::Epilogue::X86_64(PopRbp))
+        );
         let c = caller(&step);
         assert_eq!((c.pc, c.sp, c.fp), (NATIVE_RA, S0, Some(CALLER_FP)));
         assert_eq!(m.mem.reads_in(A, A + 0x100), 1);

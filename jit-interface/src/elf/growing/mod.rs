@@ -365,7 +365,13 @@ impl Growing {
         used[FRAME_R] = cie.len();
 
         let file: &mut [u8; FILE_HEADER] = (&mut buf[..FILE_HEADER]).try_into().expect("64");
-        writer::file_header(file, FILE_HEADER, FIRST_TEXT as u16, STRTAB as u16);
+        writer::file_header(
+            Arch::X86_64,
+            file,
+            FILE_HEADER,
+            FIRST_TEXT as u16,
+            STRTAB as u16,
+        );
         let region_of = |section: usize| match section {
             STRTAB => Some(STRINGS_R),
             _ => REGION_SECTION.iter().position(|&s| s == section),
