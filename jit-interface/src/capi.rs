@@ -128,10 +128,13 @@ fn text<'a>(p: *const c_char, what: &'static str) -> Result<&'a str, Error> {
     // SAFETY: non-null and, per the API contract, a NUL-terminated string valid for the call.
     let s = unsafe { CStr::from_ptr(p) };
     s.to_str().map_err(|_| {
-        Error::BadName(format!(
-            "the {what} is not valid UTF-8: {}",
-            s.to_string_lossy()
-        ))
+        let why = format!("the {what} is not valid UTF-8: {}", s.to_string_lossy());
+        // A function's name keeps its own variant; others name what they are.
+        if what == "function name" {
+            Error::BadName(why)
+        } else {
+            Error::BadText(why)
+        }
     })
 }
 
@@ -256,7 +259,7 @@ pub unsafe extern "C" fn jit_object_add_function(
 ) -> i32 {
     guard(-1, || {
         let o = object(obj)?;
-        let name = text(name, "name")?;
+        let name = text(name, "function name")?;
         let i = o.add_function(name, start, size)?;
         i32::try_from(i.index())
             .map_err(|_| Error::TooLarge("more than 2^31 functions in one object".into()))
@@ -519,7 +522,7 @@ pub unsafe extern "C" fn jit_object_add_block(
 ) -> i32 {
     guard(-1, || {
         let o = object(obj)?;
-        let name = text(name, "name")?;
+        let name = text(name, "block name")?;
         let parent = if parent < 0 {
             None
         } else {
@@ -548,7 +551,7 @@ pub unsafe extern "C" fn jit_object_add_variable(
 ) -> c_int {
     guard(-1, || {
         let o = object(obj)?;
-        let name = text(name, "name")?;
+        let name = text(name, "variable name")?;
         let label = function_label(o, r#fn);
         let bad = |why: String| Error::BadVariable {
             function: label.clone(),
@@ -622,7 +625,7 @@ pub unsafe extern "C" fn jit_object_add_call_site(
             (address, true) => CallTarget::Address(address),
             (address, false) => CallTarget::Symbol {
                 address,
-                name: text(target_name, "target_name")?.into(),
+                name: text(target_name, "call target name")?.into(),
             },
         };
         let f = function_index(r#fn)?;
@@ -800,7 +803,7 @@ pub unsafe extern "C" fn jit_dump_enable(dir: *const c_char) -> c_int {
         let dir = if dir.is_null() {
             None
         } else {
-            Some(std::path::Path::new(text(dir, "dir")?))
+            Some(std::path::Path::new(text(dir, "jitdump directory")?))
         };
         crate::perf::enable_jitdump(dir)?;
         Ok(0)
@@ -863,6 +866,36 @@ mod tests {
             assert_eq!(set(&[row(0, 5), row(4, 0), row(8, 0)]), -1);
             assert!(
                 last_error().contains("line row 2 at offset 8 is a gap (line 0) right after the gap of row 1 at offset 4"),
+                "{}",
+                last_error()
+            );
+            jit_object_free(obj);
+        }
+    }
+
+    /// A text that is not UTF-8 is named for what it is, not called a function name.
+    #[test]
+    fn texts_that_are_not_utf8_are_named_for_what_they_are() {
+        let bad = c"caf\xe9";
+        let obj = jit_object_new();
+        // SAFETY: a live object, NUL-terminated strings.
+        unsafe {
+            assert_eq!(jit_object_add_function(obj, bad.as_ptr(), 0x1000, 32), -1);
+            assert!(
+                last_error().starts_with("bad function name: the function name is not valid UTF-8"),
+                "{}",
+                last_error()
+            );
+            let f = jit_object_add_function(obj, c"f".as_ptr(), 0x1000, 32);
+            assert_eq!(jit_object_add_block(obj, f, bad.as_ptr(), 0, 8, -1), -1);
+            assert!(
+                last_error().starts_with("the block name is not valid UTF-8"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(jit_dump_enable(bad.as_ptr()), -1);
+            assert!(
+                last_error().starts_with("the jitdump directory is not valid UTF-8"),
                 "{}",
                 last_error()
             );

@@ -9,6 +9,9 @@ use std::fmt;
 pub enum Error {
     /// A function name is empty, contains a NUL byte or is not UTF-8 (C API).
     BadName(String),
+    /// A text other than a function's name (block, variable or call target name, jitdump
+    /// directory) is not valid UTF-8 (C API); the message says which.
+    BadText(String),
     /// A function has size 0, or `start + size` overflows the address space.
     EmptyOrOverflowingFunction { name: String, start: u64, size: u64 },
     /// Two functions of one object share addresses.
@@ -52,6 +55,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Error::BadName(why) => write!(f, "bad function name: {why}"),
+            Error::BadText(why) => write!(f, "{why}"),
             Error::EmptyOrOverflowingFunction { name, start, size } => write!(
                 f,
                 "function `{name}` at {start:#x} has size {size}: a function needs at least one byte and must end below 2^64"
