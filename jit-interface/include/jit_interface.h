@@ -35,7 +35,8 @@ typedef enum jit_register_rule {
 typedef struct jit_object jit_object;
 
 /**
- * A registered object; `jit_unregister` removes it from the debugger and frees it.
+ * A registered object; `jit_unregister` removes it from the debugger and frees it. Opaque:
+ * a handle is never a pointer to one (see `Handles`).
  */
 typedef struct jit_registration jit_registration;
 

@@ -22,38 +22,85 @@ pub struct jit_object {
     inner: JitObject,
 }
 
-/// A registered object; `jit_unregister` removes it from the debugger and frees it.
+/// A registered object; `jit_unregister` removes it from the debugger and frees it. Opaque:
+/// a handle is never a pointer to one (see `Handles`).
 pub struct jit_registration {
-    _registration: Registration,
+    _opaque: [u8; 0],
 }
 
-/// The registrations handed to C and not unregistered yet, by address: a handle
-/// unregistered twice (or never returned by `jit_register`) is refused with an error instead
-/// of being freed again, which corrupted the heap. A freed handle's address can come back for
-/// a later registration: a stale handle then names that one (a caller's bug this cannot tell
-/// apart), but nothing is ever freed twice.
-static LIVE_HANDLES: std::sync::Mutex<std::collections::BTreeSet<usize>> =
-    std::sync::Mutex::new(std::collections::BTreeSet::new());
-
-fn live_handles() -> std::sync::MutexGuard<'static, std::collections::BTreeSet<usize>> {
-    // A panic while held cannot leave the set half-changed (one insert or remove).
-    LIVE_HANDLES.lock().unwrap_or_else(|e| e.into_inner())
+/// The registrations handed to C and not unregistered yet. A handle is a slot index and
+/// that slot's generation packed into a pointer-sized value (never dereferenced), so a
+/// handle unregistered twice, unregistered after `jit_unregister_many`, or never returned by
+/// `jit_register` is refused with an error, even after its slot was reused by a later
+/// registration (the generation differs): before, a second `jit_unregister` freed the
+/// handle's box again and corrupted the heap.
+struct Handles {
+    /// Each slot's generation (bumped when it is freed) and registration.
+    slots: Vec<(u32, Option<Registration>)>,
+    free: Vec<u32>,
 }
 
-/// Takes back the registrations of the handles of `regs` that are live (their boxes freed);
-/// the others are counted, for the error.
+// Handles pack a 32-bit slot and a 32-bit generation into a pointer.
+const _: () = assert!(
+    usize::BITS == 64,
+    "the C API's handles need 64-bit pointers"
+);
+
+static HANDLES: std::sync::Mutex<Handles> = std::sync::Mutex::new(Handles {
+    slots: Vec::new(),
+    free: Vec::new(),
+});
+
+fn handles() -> std::sync::MutexGuard<'static, Handles> {
+    // A panic while held cannot leave a slot half-changed (one store).
+    HANDLES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Handles {
+    /// Keeps `r`; its handle: (slot + 1) in the high half, the generation in the low half
+    /// (never NULL).
+    fn insert(&mut self, r: Registration) -> *mut jit_registration {
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize].1 = Some(r);
+                i
+            }
+            None => {
+                self.slots.push((0, Some(r)));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let generation = self.slots[slot as usize].0;
+        let packed = ((u64::from(slot) + 1) << 32) | u64::from(generation);
+        // An integer in a pointer's clothes: C never dereferences the opaque type.
+        packed as usize as *mut jit_registration
+    }
+
+    /// Takes back the registration `handle` names, if it is live.
+    fn take(&mut self, handle: *mut jit_registration) -> Option<Registration> {
+        let packed = handle as usize as u64;
+        let slot = (packed >> 32).checked_sub(1)? as usize;
+        let generation = packed as u32;
+        let (g, r) = self.slots.get_mut(slot)?;
+        if *g != generation || r.is_none() {
+            return None;
+        }
+        *g = g.wrapping_add(1);
+        self.free.push(slot as u32);
+        r.take()
+    }
+}
+
+/// Takes back the registrations of the handles of `regs` that are live; the others are
+/// counted, for the error.
 fn take_handles(regs: &[*mut jit_registration]) -> (Vec<Registration>, usize) {
-    let mut live = live_handles();
+    let mut live = handles();
     let mut taken = Vec::with_capacity(regs.len());
     let mut unknown = 0;
     for &r in regs {
-        if live.remove(&(r as usize)) {
-            // SAFETY: `r` came from `jit_register` (it is in the set, which holds only what
-            // `Box::into_raw` returned there) and leaves the set here, so it is taken over
-            // exactly once.
-            taken.push(unsafe { Box::from_raw(r) }._registration);
-        } else {
-            unknown += 1;
+        match live.take(r) {
+            Some(reg) => taken.push(reg),
+            None => unknown += 1,
         }
     }
     (taken, unknown)
@@ -667,11 +714,7 @@ pub unsafe extern "C" fn jit_register(
             }
         };
         let inner = register(&obj.inner, format)?;
-        let handle = Box::into_raw(Box::new(jit_registration {
-            _registration: inner,
-        }));
-        live_handles().insert(handle as usize);
-        Ok(handle)
+        Ok(handles().insert(inner))
     })
 }
 
@@ -942,6 +985,29 @@ mod tests {
             jit_unregister(other);
             assert!(last_error().contains("not live"), "{}", last_error());
         }
+    }
+
+    /// A stale handle whose slot a later registration took is refused: the generation
+    /// differs, so it never unregisters the later one.
+    #[test]
+    fn a_stale_handle_never_names_the_registration_that_reused_its_slot() {
+        let mut h = Handles {
+            slots: Vec::new(),
+            free: Vec::new(),
+        };
+        let mut obj = JitObject::new();
+        obj.add_function("stale", 0x7e00_0000_3000, 16).unwrap();
+        let a = h.insert(crate::register(&obj, crate::Format::Compact).unwrap());
+        assert!(!a.is_null());
+        assert!(h.take(a).is_some());
+        let b = h.insert(crate::register(&obj, crate::Format::Compact).unwrap());
+        assert_eq!(h.slots.len(), 1, "the slot is reused");
+        assert_ne!(a, b);
+        assert!(h.take(a).is_none(), "the stale handle is refused");
+        assert!(h.take(std::ptr::null_mut()).is_none());
+        assert!(h.take(0xdead_beef as *mut jit_registration).is_none());
+        assert!(h.take(b).is_some(), "the live one is still there");
+        assert!(h.take(b).is_none());
     }
 
     #[test]
