@@ -48,9 +48,10 @@ pub struct Damage {
     pub patch_addr: u64,
     /// What is wrong, as one line.
     pub problem: String,
-    /// The entries the inspector read beyond the cut, each with its functions' names (or
-    /// why it could not be read): what the session will not show.
-    pub left_out: Vec<String>,
+    /// How many entries the inspector read beyond the cut: the session will not show them.
+    pub left_out: usize,
+    /// The first few of them, each with its functions' names (or why it could not be read).
+    pub left_out_shown: Vec<String>,
 }
 
 impl Damage {
@@ -64,17 +65,16 @@ impl Damage {
                 self.keep - 1
             )
         };
-        const SHOWN: usize = 5;
-        let left = match self.left_out.len() {
+        let left = match self.left_out {
             0 => "no entry left out".to_string(),
             n => {
                 let mut s = format!(
                     "{n} entr{} left out: {}",
                     if n == 1 { "y" } else { "ies" },
-                    self.left_out[..n.min(SHOWN)].join("; ")
+                    self.left_out_shown.join("; ")
                 );
-                if n > SHOWN {
-                    s.push_str(&format!("; and {} more", n - SHOWN));
+                if n > self.left_out_shown.len() {
+                    s.push_str(&format!("; and {} more", n - self.left_out_shown.len()));
                 }
                 s
             }
@@ -149,15 +149,25 @@ fn in_memory(segments: &[Segment], addr: u64, len: u64) -> bool {
     let Some(end) = addr.checked_add(len) else {
         return false;
     };
+    // Segments are sorted and do not overlap: start at the last one beginning at or before
+    // `addr` (a list may have millions of entries, a core thousands of segments).
+    let first = segments.partition_point(|s| s.vaddr <= addr);
+    let Some(k) = first.checked_sub(1) else {
+        return false;
+    };
     let mut at = addr;
-    for s in segments {
-        let s_end = s.vaddr.saturating_add(s.memsz);
-        if s.vaddr <= at && at < s_end {
-            if end <= s_end {
-                return true;
-            }
-            at = s_end;
+    for s in &segments[k..] {
+        if s.vaddr > at {
+            return false;
         }
+        let s_end = s.vaddr.saturating_add(s.memsz);
+        if at >= s_end {
+            return false;
+        }
+        if end <= s_end {
+            return true;
+        }
+        at = s_end;
     }
     false
 }
@@ -254,31 +264,36 @@ pub fn diagnose(report: &ListReport, segments: &[Segment]) -> Option<Damage> {
         // A wrong version (handled above) or `prev`, which GDB's walk does not follow.
         _ => None,
     });
-    let (keep, problem) = match (bad_payload, list_end) {
-        (Some(a), Some(b)) => {
-            if a.0 <= b.0 {
-                a
-            } else {
-                b
-            }
-        }
-        (a, b) => a.or(b)?,
+    // The earlier cut wins; `damaged`: the first entry left out is the one named.
+    let ((keep, problem), damaged) = match (bad_payload, list_end) {
+        (Some(a), Some(b)) if b.0 < a.0 => (b, false),
+        (Some(a), _) => (a, true),
+        (None, b) => (b?, false),
     };
     let patch_addr = match keep {
         0 => report.descriptor.addr + 16,
         k => entries[k - 1].addr,
     };
-    let left_out = entries
+    const SHOWN: usize = 5;
+    let left_out_shown = entries
         .iter()
         .enumerate()
         .skip(keep)
-        .map(|(i, e)| describe(i, e))
+        .take(SHOWN)
+        .map(|(i, e)| {
+            if damaged && i == keep {
+                format!("entry {i} (the damaged one)")
+            } else {
+                describe(i, e)
+            }
+        })
         .collect();
     Some(Damage {
         keep,
         patch_addr,
         problem,
-        left_out,
+        left_out: entries.len().saturating_sub(keep),
+        left_out_shown,
     })
 }
 
@@ -344,7 +359,7 @@ mod tests {
     use super::*;
     use jit_interface::inspect::{Descriptor, EntryError};
 
-    const SEGS: [Segment; 2] = [
+    const SEGS: [Segment; 3] = [
         Segment {
             vaddr: 0x1000,
             memsz: 0x1000,
@@ -356,6 +371,12 @@ mod tests {
             memsz: 0x2000,
             offset: 0x1100,
             filesz: 0x800,
+        },
+        Segment {
+            vaddr: 0x8000,
+            memsz: 0x1000,
+            offset: 0x1900,
+            filesz: 0x1000,
         },
     ];
 
@@ -391,6 +412,9 @@ mod tests {
         assert!(in_memory(&SEGS, 0x1ff0, 0x20), "across the joint");
         assert!(in_memory(&SEGS, 0x3000, 0x1000), "not stored, but mapped");
         assert!(!in_memory(&SEGS, 0x3000, 0x1001));
+        assert!(!in_memory(&SEGS, 0x3000, 0x5001), "across a gap");
+        assert!(!in_memory(&SEGS, 0x6000, 0x10), "in a gap");
+        assert!(in_memory(&SEGS, 0x8ff0, 0x10));
         assert!(!in_memory(&SEGS, 0x500, 1));
         assert!(!in_memory(&SEGS, 0x1000, u64::MAX), "overflow");
         assert!(in_memory(&SEGS, 0x1000, 0));
@@ -427,7 +451,7 @@ mod tests {
             "{}",
             d.problem
         );
-        assert_eq!(d.left_out.len(), 2);
+        assert_eq!((d.left_out, d.left_out_shown.len()), (2, 2));
         assert!(d.cut_summary().contains("cut after entry 0"));
     }
 

@@ -137,7 +137,8 @@ pub fn put_u64(bytes: &mut [u8], addr: u64, v: u64) {
     bytes[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-/// The end of the highest PT_LOAD segment: an address no mapping of the core reaches.
+/// The end of the highest PT_LOAD segment in user space (below the vsyscall page): the
+/// addresses just above it are in no mapping of the core.
 pub fn beyond_memory(core: &[u8]) -> u64 {
     use object::read::elf::{FileHeader, ProgramHeader};
     let h = object::elf::FileHeader64::<object::Endianness>::parse(core).unwrap();
@@ -145,7 +146,7 @@ pub fn beyond_memory(core: &[u8]) -> u64 {
     h.program_headers(e, core)
         .unwrap()
         .iter()
-        .filter(|ph| ph.p_type(e) == object::elf::PT_LOAD)
+        .filter(|ph| ph.p_type(e) == object::elf::PT_LOAD && ph.p_vaddr(e) < 1 << 47)
         .map(|ph| ph.p_vaddr(e) + ph.p_memsz(e))
         .max()
         .unwrap()
@@ -263,21 +264,28 @@ pub const GDB_CRASH_SIGNS: [&str; 4] = [
     "virtual memory exhausted",
 ];
 
-/// Panics unless `run` ended by itself with an exit status (no time-out, no signal) and
-/// shows no sign of a GDB crash.
-#[track_caller]
-pub fn assert_no_crash_or_hang(run: &Run) {
+/// Why `run` counts as a crash or a hang: it did not end by itself with an exit status
+/// (a time-out, a signal, GDB's death reported as 128 + N), or GDB says it crashed.
+pub fn crash_or_hang(run: &Run) -> Option<String> {
     if run.timed_out {
-        run.fail("jit-gdb did not finish in time (GDB hangs?)");
+        return Some("jit-gdb did not finish in time (GDB hangs?)".into());
     }
-    let code = run.status.and_then(|s| s.code());
-    match code {
-        None => run.fail("jit-gdb died of a signal"),
-        Some(c) if c >= 128 => run.fail("GDB died of a signal (exit status 128 + N)"),
+    match run.status.and_then(|s| s.code()) {
+        None => return Some("jit-gdb died of a signal".into()),
+        Some(c) if c >= 128 => return Some("GDB died of a signal (exit status 128 + N)".into()),
         _ => {}
     }
-    if let Some(s) = GDB_CRASH_SIGNS.iter().find(|s| run.text.contains(*s)) {
-        run.fail(&format!("GDB crashed: `{s}` in its output"));
+    GDB_CRASH_SIGNS
+        .iter()
+        .find(|s| run.text.contains(*s))
+        .map(|s| format!("GDB crashed: `{s}` in its output"))
+}
+
+/// Panics (with the output) if [`crash_or_hang`] finds something.
+#[track_caller]
+pub fn assert_no_crash_or_hang(run: &Run) {
+    if let Some(why) = crash_or_hang(run) {
+        run.fail(&why);
     }
 }
 
