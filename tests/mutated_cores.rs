@@ -11,7 +11,8 @@
 //!
 //! `JIT_GDB_MUTATIONS=N` and `JIT_GDB_MUTATION_SEED=S` run more or other mutations (a
 //! failure names its seed and index; the core's addresses change from run to run, the
-//! choices do not).
+//! choices do not). `JIT_GDB_MUTATION_NO_CHECK=1` passes `--no-core-check`: the test then
+//! fails on the first mutation that crashes or hangs GDB, which is what the check prevents.
 
 mod common;
 mod core_support;
@@ -125,6 +126,7 @@ fn mutated_cores_never_crash_or_hang() {
     };
     let count = env_u64("JIT_GDB_MUTATIONS", 40);
     let seed = env_u64("JIT_GDB_MUTATION_SEED", 0x6a69_742d_6764_6226);
+    let no_check = env_u64("JIT_GDB_MUTATION_NO_CHECK", 0) != 0;
     let mut rng = Rng(seed.max(1));
     let original = std::fs::read(&c.core).unwrap();
     let core = c.dir.join("mutated.core");
@@ -153,6 +155,9 @@ fn mutated_cores_never_crash_or_hang() {
 
         let mut cmd = jit_gdb(c.dir.path());
         cmd.arg("core").arg(&c.host.program).arg(&core);
+        if no_check {
+            cmd.arg("--no-core-check");
+        }
         let run = run_bounded(cmd, c.dir.path(), LIMIT);
         if let Some(why) = crash_or_hang(&run) {
             run.fail(&format!("{case}: {why}"));
