@@ -235,6 +235,31 @@ fn clean_core_goes_to_gdb_as_it_is() {
     }
 }
 
+/// A core that cannot be checked (the program given does not define the descriptor) goes to
+/// GDB as it is, with one line saying why it was not checked.
+#[test]
+fn unchecked_core_is_said_and_still_opened() {
+    let Some(c) = compact_core("launcher-cores-unchecked") else {
+        return;
+    };
+    let mut cmd = jit_gdb(c.dir.path());
+    cmd.arg("core").arg("/bin/true").arg(&c.core);
+    let run = run_bounded(cmd, c.dir.path(), LIMIT);
+    assert_no_crash_or_hang(&run);
+    let lines = run.launcher_lines();
+    let want = format!(
+        "jit-gdb: note: the JIT list in {} was not checked before GDB reads it: ",
+        c.core.display()
+    );
+    if lines.len() != 1 || !lines[0].starts_with(&want) {
+        run.fail(&format!("expected one line starting `{want}`"));
+    }
+    if !run.text.contains("(gdb) jit list") {
+        run.fail("GDB did not run the report");
+    }
+    assert!(copies_left(c.dir.path()).is_empty());
+}
+
 /// `jit-gdb [GDB ARGS] PROGRAM CORE` (GDB's own command line): the same check; GDB reads
 /// the repaired copy (`info target` names it); `-c CORE` is found too.
 #[test]
