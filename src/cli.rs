@@ -9,19 +9,21 @@ pub const HELP: &str = "\
 jit-gdb: debug JIT-compiled code in GDB (names, source lines and backtraces through JIT frames)
 
 USAGE:
-    jit-gdb [GDB ARGS...] [--] PROGRAM [ARGS...]
+    jit-gdb [--no-core-check] [GDB ARGS...] [--] PROGRAM [ARGS...]
         Start GDB with the jit-gdb reader (jit-reader-load) and GDB scripts loaded,
         like rust-gdb. Without `--`, all arguments go to GDB unchanged (so
         `jit-gdb PROGRAM CORE` and `jit-gdb -p PID` work); with `--`, what follows is
-        the program and its arguments (GDB's --args).
+        the program and its arguments (GDB's --args). A core file is checked first
+        (see CORE FILES).
     jit-gdb demo [--format compact|elf] [--crash] [--keep-core]
         Compile and run the bundled demo script (demo/fib.jg) with the demo JIT under
         GDB in batch mode: stop in a native callback called from JIT code and show the
         backtrace through the JIT frames with the script's lines. --crash makes the JIT
         code fault, then shows the post-mortem backtrace from the core file
         (--keep-core keeps it). Default format: compact (needs the reader).
-    jit-gdb core PROGRAM CORE
-        Batch report of a core file: every thread's backtrace, JIT frames included.
+    jit-gdb core PROGRAM CORE [--no-core-check]
+        Batch report of a core file: every thread's backtrace, JIT frames included,
+        and the registered JIT functions. The core is checked first (see CORE FILES).
     jit-gdb inspect CORE --exe PROGRAM [--list | --symbolize [ADDR...] | --perf-map FILE | --elf FILE]
         The JIT functions registered in a core file, read without GDB. PROGRAM is the
         executable (or shared library) that defines __jit_debug_descriptor.
@@ -36,6 +38,14 @@ USAGE:
     jit-gdb --reader-path
         Print the path of the GDB reader plugin (libjitreader.so) that would be loaded.
     jit-gdb --help | --version
+
+CORE FILES:
+    Before GDB reads a core, its JIT entry list is checked without GDB (as `inspect`
+    reads it). A list that would crash or hang GDB (a cycle, a symfile_size GDB would
+    abort allocating, entries or payloads outside the core's memory) is named in one
+    line, and GDB reads a repaired copy in the temp directory (removed when GDB exits)
+    whose list is cut before the first bad entry; the original is not written.
+    --no-core-check gives GDB the core as it is.
 
 FORMATS:
     compact  compact records, read by the reader plugin libjitreader.so (smaller)
@@ -69,11 +79,16 @@ pub enum Command {
     Core {
         program: PathBuf,
         core: PathBuf,
+        /// Check the core's JIT list before GDB reads it (`--no-core-check`: no).
+        check: bool,
     },
     /// `inspect CORE --exe PROGRAM ...`: read the JIT functions of a core without GDB.
     Inspect(crate::inspect::Options),
-    /// Run GDB with these arguments after ours.
-    Gdb(Vec<OsString>),
+    /// Run GDB with these arguments after ours; `check`: check a core file they name first.
+    Gdb {
+        args: Vec<OsString>,
+        check: bool,
+    },
 }
 
 /// A usage error (exit status 2).
@@ -101,6 +116,18 @@ fn parse_format(value: Option<OsString>, allow_none: bool) -> Result<Option<Form
             if allow_none { " (or none)" } else { "" }
         ))),
     }
+}
+
+/// Removes `--no-core-check` from the first `end` arguments (ours, not GDB's or the
+/// program's); returns whether the core check stays on.
+fn take_no_core_check(args: &mut Vec<OsString>, end: usize) -> bool {
+    let before = args.len();
+    let mut i = 0;
+    args.retain(|a| {
+        i += 1;
+        i > end || a != "--no-core-check"
+    });
+    args.len() == before
 }
 
 /// Parses the arguments after the program name.
@@ -166,17 +193,25 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
             crate::inspect::parse(args.into_iter().skip(1).collect()).map(Command::Inspect)
         }
         "core" => {
-            let mut rest = args.into_iter().skip(1);
+            let mut rest: Vec<OsString> = args.into_iter().skip(1).collect();
+            let check = take_no_core_check(&mut rest, usize::MAX);
+            let mut rest = rest.into_iter();
             match (rest.next(), rest.next(), rest.next()) {
                 (Some(program), Some(core), None) => Ok(Command::Core {
                     program: program.into(),
                     core: core.into(),
+                    check,
                 }),
-                _ => Err(UsageError("usage: jit-gdb core PROGRAM CORE".into())),
+                _ => Err(UsageError(
+                    "usage: jit-gdb core PROGRAM CORE [--no-core-check]".into(),
+                )),
             }
         }
         _ => {
             // rust-gdb style: our options, then GDB's. `--` starts the program and its args.
+            let mut args = args;
+            let end = args.iter().position(|a| a == "--").unwrap_or(args.len());
+            let check = take_no_core_check(&mut args, end);
             match args.iter().position(|a| a == "--") {
                 Some(i) if i + 1 == args.len() => Err(UsageError(
                     "`--` must be followed by the program to debug".into(),
@@ -185,9 +220,9 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
                     let mut out: Vec<OsString> = args[..i].to_vec();
                     out.push("--args".into());
                     out.extend(args[i + 1..].iter().cloned());
-                    Ok(Command::Gdb(out))
+                    Ok(Command::Gdb { args: out, check })
                 }
-                None => Ok(Command::Gdb(args)),
+                None => Ok(Command::Gdb { args, check }),
             }
         }
     }
@@ -231,7 +266,16 @@ mod tests {
             p(&["core", "prog", "core.1"]).unwrap(),
             Command::Core {
                 program: "prog".into(),
-                core: "core.1".into()
+                core: "core.1".into(),
+                check: true
+            }
+        );
+        assert_eq!(
+            p(&["core", "--no-core-check", "prog", "core.1"]).unwrap(),
+            Command::Core {
+                program: "prog".into(),
+                core: "core.1".into(),
+                check: false
             }
         );
         assert_eq!(p(&["--reader-path"]).unwrap(), Command::ReaderPath);
@@ -239,10 +283,25 @@ mod tests {
 
     #[test]
     fn gdb_passthrough() {
-        let gdb = |v: &[&str]| Command::Gdb(v.iter().map(OsString::from).collect());
+        let gdb = |v: &[&str]| Command::Gdb {
+            args: v.iter().map(OsString::from).collect(),
+            check: true,
+        };
         assert_eq!(
             p(&["-q", "prog", "core"]).unwrap(),
             gdb(&["-q", "prog", "core"])
+        );
+        assert_eq!(
+            p(&["--no-core-check", "prog", "core"]).unwrap(),
+            Command::Gdb {
+                args: ["prog", "core"].iter().map(OsString::from).collect(),
+                check: false
+            }
+        );
+        // After `--` it is the program's argument.
+        assert_eq!(
+            p(&["--", "prog", "--no-core-check"]).unwrap(),
+            gdb(&["--args", "prog", "--no-core-check"])
         );
         assert_eq!(
             p(&["-q", "--", "prog", "--flag", "x"]).unwrap(),

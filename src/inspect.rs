@@ -977,6 +977,12 @@ fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
     })
 }
 
+/// The list walk of `core_path` alone, for the launcher's check before GDB reads the core
+/// (`crate::core_check`).
+pub(crate) fn walk_core(core_path: &Path, exe: &Path) -> Result<ListReport, String> {
+    inspect(core_path, exe).map(|r| r.list)
+}
+
 // ---------------------------------------------------------------------------------------
 // Output
 

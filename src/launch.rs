@@ -197,34 +197,230 @@ pub fn check_readable(what: &str, p: &Path) -> Result<(), String> {
     }
 }
 
-/// Runs `gdb` with `args`, its output going to ours; returns its exit status.
+/// Runs `gdb` with `args`, its output going to ours; returns its exit status (128 + N, as
+/// shells say it, when signal N killed it: GDB aborts on some damaged input).
 fn run_gdb(gdb: &Path, args: &[OsString]) -> Result<i32, String> {
+    use std::os::unix::process::ExitStatusExt;
     let status = Command::new(gdb)
         .args(args)
         .status()
         .map_err(|e| format!("cannot run {}: {e}", gdb.display()))?;
+    if let Some(sig) = status.signal() {
+        eprintln!("jit-gdb: {} was killed by signal {sig}", gdb.display());
+        return Ok(128 + sig);
+    }
     Ok(status.code().unwrap_or(1))
 }
 
-/// `jit-gdb [GDB ARGS...]`: replaces this process with GDB, reader and scripts loaded.
-pub fn exec_gdb(user_args: Vec<OsString>) -> Result<i32, String> {
+/// A repaired copy of a damaged core ([`crate::core_check`]), in a directory of its own
+/// that is removed on drop.
+struct RepairedCore {
+    dir: PathBuf,
+    core: PathBuf,
+}
+
+impl Drop for RepairedCore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The launcher's check of `core` before GDB reads it: `Some` when its JIT list would crash
+/// or hang GDB, then GDB must be given the returned copy, whose list is cut before the
+/// first bad entry. Says what is wrong and what was cut in two lines on stderr; says nothing
+/// for a clean core. A core that cannot be checked goes to GDB as it is, with one line
+/// saying why it was not checked.
+fn check_core(program: &Path, core: &Path) -> Result<Option<RepairedCore>, String> {
+    let (damage, segments) = match crate::core_check::check(core, program) {
+        Ok(None) => return Ok(None),
+        Ok(Some(found)) => found,
+        Err(e) => {
+            eprintln!(
+                "jit-gdb: note: the JIT list in {} was not checked before GDB reads it: {e}",
+                core.display()
+            );
+            return Ok(None);
+        }
+    };
+    eprintln!(
+        "jit-gdb: the JIT list in {} would stop GDB: {}",
+        core.display(),
+        damage.problem
+    );
+    let dir = fresh_temp_dir("jit-gdb-core")?;
+    let copy = match crate::core_check::write_repaired(core, &segments, &damage, &dir) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(format!(
+                "{e}; run with --no-core-check to give GDB the core as it is"
+            ));
+        }
+    };
+    eprintln!(
+        "jit-gdb: GDB reads a repaired copy, {} (removed when GDB exits; the original is untouched; --no-core-check skips this): {}",
+        copy.display(),
+        damage.cut_summary()
+    );
+    Ok(Some(RepairedCore { dir, core: copy }))
+}
+
+/// Where GDB's own command line names a program and a core file (`PROGRAM CORE`, `-c CORE`,
+/// `--core=CORE`, `-e PROGRAM`, ...): the program, the core, the index of the argument
+/// naming the core, and the `--core=` prefix when the core is given in that form. `None`
+/// without both, with `--args`, or when the second operand is not an ELF core file (a PID).
+fn core_in_gdb_args(args: &[OsString]) -> Option<(PathBuf, PathBuf, usize, Option<String>)> {
+    // GDB's options that take a value as the next argument (one or two dashes).
+    const WITH_VALUE: [&str; 28] = [
+        "c",
+        "core",
+        "e",
+        "exec",
+        "p",
+        "pid",
+        "d",
+        "directory",
+        "se",
+        "s",
+        "symbols",
+        "x",
+        "command",
+        "ix",
+        "init-command",
+        "ex",
+        "eval-command",
+        "iex",
+        "init-eval-command",
+        "cd",
+        "D",
+        "data-directory",
+        "b",
+        "l",
+        "tty",
+        "t",
+        "interpreter",
+        "i",
+    ];
+    let (mut program, mut core): (Option<PathBuf>, Option<(usize, Option<String>)>) = (None, None);
+    let mut operands = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].to_str().unwrap_or("");
+        if a == "--" {
+            operands.extend(i + 1..args.len());
+            break;
+        }
+        let Some(opt) = a.strip_prefix("--").or_else(|| a.strip_prefix('-')) else {
+            operands.push(i);
+            i += 1;
+            continue;
+        };
+        if opt == "args" {
+            return None;
+        }
+        let (name, inline) = match opt.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (opt, None),
+        };
+        // The index of the argument holding the value, and the value.
+        let value = match inline {
+            Some(v) => Some((i, OsString::from(v))),
+            None if WITH_VALUE.contains(&name) => {
+                i += 1;
+                args.get(i).map(|v| (i, v.clone()))
+            }
+            None => None,
+        };
+        match (name, value) {
+            ("c" | "core", Some((at, _))) => {
+                // `--core=CORE`: the prefix to keep when the path is replaced.
+                let prefix = inline.map(|v| a[..a.len() - v.len()].to_string());
+                core = Some((at, prefix));
+            }
+            ("e" | "exec" | "se", Some((_, v))) => program = Some(PathBuf::from(v)),
+            _ => {}
+        }
+        i += 1;
+    }
+    let mut operands = operands.into_iter();
+    if program.is_none() {
+        program = operands.next().map(|k| PathBuf::from(&args[k]));
+    }
+    if core.is_none() {
+        core = operands.next().map(|k| (k, None));
+    }
+    let (program, (at, prefix)) = (program?, core?);
+    let raw = args.get(at)?.to_str()?;
+    let path = PathBuf::from(match &prefix {
+        Some(p) => raw.strip_prefix(p.as_str())?,
+        None => raw,
+    });
+    is_core_file(&path).then_some((program, path, at, prefix))
+}
+
+/// Does `p` name an ELF core file (its header says ET_CORE)?
+fn is_core_file(p: &Path) -> bool {
+    use std::io::Read;
+    let mut h = [0u8; 18];
+    std::fs::File::open(p)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .is_ok()
+        && h[..4] == *b"\x7fELF"
+        && u16::from_le_bytes([h[16], h[17]]) == 4
+}
+
+extern "C" fn ignore_signal(_: libc::c_int) {}
+
+/// `jit-gdb [GDB ARGS...]`: replaces this process with GDB, reader and scripts loaded. When
+/// the arguments name a program and a core file, the core is checked first (`check`); for a
+/// damaged one GDB runs as a child on a repaired copy, removed when it exits.
+pub fn exec_gdb(mut user_args: Vec<OsString>, check: bool) -> Result<i32, String> {
     use std::os::unix::process::CommandExt;
     let gdb = find_gdb()?;
     let reader = find_reader()?;
     let scripts = find_scripts()?;
+    let mut repaired = None;
+    if let Some((program, core, at, prefix)) = check.then(|| core_in_gdb_args(&user_args)).flatten()
+    {
+        if let Some(r) = check_core(&program, &core)? {
+            user_args[at] = cat(prefix.as_deref().unwrap_or(""), r.core.as_os_str());
+            repaired = Some(r);
+        }
+    }
     let mut args = setup_args(Some(&reader), scripts.as_deref());
     args.extend(user_args);
-    let err = Command::new(&gdb).args(&args).exec();
-    Err(format!("cannot run {}: {err}", gdb.display()))
+    let Some(repaired) = repaired else {
+        let err = Command::new(&gdb).args(&args).exec();
+        return Err(format!("cannot run {}: {err}", gdb.display()));
+    };
+    // GDB is interactive: Ctrl-C is for it, not for this process, which must stay to remove
+    // the copy. A handler (not SIG_IGN, which GDB would inherit) lets the signal pass by.
+    // SAFETY: the handler does nothing, so it is async-signal-safe.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            ignore_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        );
+    }
+    let status = run_gdb(&gdb, &args);
+    drop(repaired);
+    status
 }
 
-/// `jit-gdb core PROGRAM CORE`: every thread's backtrace from a core file.
-pub fn core_report(program: &Path, core: &Path) -> Result<i32, String> {
+/// `jit-gdb core PROGRAM CORE`: every thread's backtrace from a core file, checked first
+/// (`check`) as [`check_core`] says.
+pub fn core_report(program: &Path, core: &Path, check: bool) -> Result<i32, String> {
     check_readable("program", program)?;
     check_readable("core file", core)?;
     let gdb = find_gdb()?;
     let reader = find_reader()?;
     let scripts = find_scripts()?;
+    let repaired = if check {
+        check_core(program, core)?
+    } else {
+        None
+    };
+    let core = repaired.as_ref().map_or(core, |r| r.core.as_path());
     let mut args: Vec<OsString> = vec!["-batch".into(), "-nx".into()];
     args.extend(setup_args(Some(&reader), scripts.as_deref()));
     let mut cmds = vec!["info threads", "thread apply all bt"];
@@ -470,5 +666,51 @@ fn raise_core_limit() {
             lim.rlim_cur = lim.rlim_max;
             libc::setrlimit(libc::RLIMIT_CORE, &lim);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `jit-gdb [GDB ARGS]` finds the program and the core where GDB would.
+    #[test]
+    fn core_is_found_in_gdb_arguments() {
+        let dir = std::env::temp_dir().join(format!("jit-gdb-core-args-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        // An ELF header of type ET_CORE is all the lookup reads.
+        let core = dir.join("core.1");
+        let mut h = vec![0u8; 64];
+        h[..4].copy_from_slice(b"\x7fELF");
+        h[16] = 4;
+        std::fs::write(&core, &h).unwrap();
+        let c = core.to_str().unwrap();
+        let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
+        let found = |v: &[&str]| {
+            core_in_gdb_args(&args(v))
+                .map(|(p, c, at, prefix)| (p.to_str().unwrap().to_string(), c, at, prefix))
+        };
+        assert_eq!(
+            found(&["-q", "-ex", "bt", "prog", c]),
+            Some(("prog".into(), core.clone(), 4, None))
+        );
+        assert_eq!(
+            found(&["-c", c, "-batch", "prog"]),
+            Some(("prog".into(), core.clone(), 1, None))
+        );
+        let eq = format!("--core={c}");
+        assert_eq!(
+            found(&[&eq, "--exec=prog"]),
+            Some(("prog".into(), core.clone(), 0, Some("--core=".into())))
+        );
+        // A PID, not a core; --args: the rest is the program's command line; no program.
+        assert_eq!(found(&["prog", "1234"]), None);
+        assert_eq!(found(&["--args", "prog", c]), None);
+        assert_eq!(found(&["-ex", c, "prog"]), None);
+        // A file that is not a core (the program itself as second operand).
+        let not_core = dir.join("prog");
+        std::fs::write(&not_core, b"\x7fELF\x02\x01\x01").unwrap();
+        assert_eq!(found(&["prog", not_core.to_str().unwrap()]), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

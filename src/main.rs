@@ -2,6 +2,7 @@
 //! JIT (`jit-gdb demo`) and core-file reports. See `jit-gdb --help`.
 
 mod cli;
+mod core_check;
 mod demo;
 mod exec_mem;
 mod inspect;
@@ -43,8 +44,12 @@ fn main() {
             crash,
         } => demo::run_script(&file, format, crash).map(|v| v as i32),
         Command::Inspect(options) => inspect::run(&options),
-        Command::Core { program, core } => launch::core_report(&program, &core),
-        Command::Gdb(args) => launch::exec_gdb(args),
+        Command::Core {
+            program,
+            core,
+            check,
+        } => launch::core_report(&program, &core, check),
+        Command::Gdb { args, check } => launch::exec_gdb(args, check),
     };
     match result {
         Ok(code) => std::process::exit(code),
