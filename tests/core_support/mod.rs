@@ -90,10 +90,11 @@ pub fn list(program: &Path, core: &Path) -> (u64, Vec<Entry>) {
         "{stdout}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // `__jit_debug_descriptor at 0xADDR: version ...`
     let descriptor = stdout
         .lines()
-        .next()
-        .and_then(|l| l.rsplit("descriptor at ").next())
+        .find_map(|l| l.strip_prefix("__jit_debug_descriptor at "))
+        .and_then(|rest| rest.split(':').next())
         .and_then(parse_hex)
         .unwrap_or_else(|| panic!("no descriptor address in:\n{stdout}"));
     let mut entries: Vec<Entry> = Vec::new();
