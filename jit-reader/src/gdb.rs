@@ -178,7 +178,11 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             t.functions, t.first, t.live.address, t.found, t.live.key
         );
     }
-    let mut plan = match symbols::plan_records(&records) {
+    // Planned before this payload joins the index, so the index holds exactly the other
+    // entries read so far: a symtab spans no gap where one of them has code.
+    let planned =
+        with_index(|index| symbols::plan_around(&records, |lo, hi| index.any_function_in(lo, hi)));
+    let mut plan = match planned {
         Ok(p) => p,
         Err(why) => {
             report::refused(payload, &why);
