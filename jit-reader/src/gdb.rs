@@ -178,8 +178,9 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             t.functions, t.first, t.live.address, t.found, t.live.key
         );
     }
-    // Planned before this payload joins the index, so the index holds exactly the other
-    // entries read so far: a symtab spans no gap where one of them has code.
+    // Planned before this payload joins the index, so what the index holds is the other
+    // entries read so far (not yet found dead): a symtab spans no gap where one of them has
+    // code (see `symbols`).
     let planned =
         with_index(|index| symbols::plan_around(&records, |lo, hi| index.any_function_in(lo, hi)));
     let mut plan = match planned {
