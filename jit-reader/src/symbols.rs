@@ -730,6 +730,26 @@ mod tests {
         );
     }
 
+    /// A function that starts before a gap and reaches into it (another object's: nothing
+    /// forbids overlaps across objects) blocks it too.
+    #[test]
+    fn gaps_reached_into_by_a_long_function_are_not_bridged() {
+        let mut o1 = JitObject::new();
+        for (name, start) in [("a", 0x1000), ("b", 0x1100), ("c", 0x1200)] {
+            let f = o1.add_function(name, start, 0x12).unwrap();
+            o1.set_lines(f, "x.js", &rows(&[(0, 1)])).unwrap();
+        }
+        let mut o2 = JitObject::new();
+        o2.add_function("long", 0x0800, 0x850).unwrap();
+        let d: Vec<Decoded> = [o1, o2]
+            .into_iter()
+            .map(|object| Decoded { object, live: None })
+            .collect();
+        let p = plan(&d).unwrap();
+        // `a` ends last among the functions starting before `b`, but `long` reaches further.
+        assert_eq!(runs(&p), [vec!["long"], vec!["a"], vec!["b", "c"]]);
+    }
+
     #[test]
     fn gaps_taken_by_other_entries_are_not_bridged() {
         let d = layout(&[
