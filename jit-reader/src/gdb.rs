@@ -189,7 +189,12 @@ fn read_payload(syms: &SymbolCallbacks, payload: &[u8]) -> gdb_status {
             t.functions, t.first, t.live.address, t.found, t.live.key
         );
     }
-    let mut plan = match symbols::plan_records(&records) {
+    // Planned before this payload joins the index, so what the index holds is the other
+    // entries read so far (not yet found dead): a symtab spans no gap where one of them has
+    // code (see `symbols`).
+    let planned =
+        with_index(|index| symbols::plan_around(&records, |lo, hi| index.any_function_in(lo, hi)));
+    let mut plan = match planned {
         Ok(p) => p,
         Err(why) => {
             report::refused(payload, &why);

@@ -571,6 +571,30 @@ impl Index {
         })
     }
 
+    /// Does any indexed function (live, or not checked yet) overlap `[lo, hi)`? The reader
+    /// asks before a symtab spans a gap between functions. Every range holds a function
+    /// overlapping it, so at most the two ranges straddling `lo` and `hi` can fail the test
+    /// before one inside the gap passes it: O(log n).
+    pub fn any_function_in(&self, lo: u64, hi: u64) -> bool {
+        if hi <= lo {
+            return false;
+        }
+        for (&start, item) in self.items.range(..hi).rev() {
+            if item.end <= lo {
+                break;
+            }
+            // The part of the range inside [lo, hi): only its own addresses count (a
+            // newer registration owns the rest of a function cut by it).
+            let (a, b) = (start.max(lo), item.end.min(hi));
+            let (_, funcs) = item.table.span(&item.objs);
+            let i = funcs.partition_point(|f| f.end() <= a);
+            if funcs.get(i).is_some_and(|f| f.start < b) {
+                return true;
+            }
+        }
+        false
+    }
+
     /// The live function containing `addr`. The addresses of an object that turns out dead
     /// are removed from the index.
     pub fn lookup(&mut self, addr: u64, mem: &dyn Memory) -> Option<CodeFn> {
@@ -670,6 +694,56 @@ mod tests {
             (0x2008, false),
         ] {
             assert_eq!(ix2.covers(addr), inside, "{addr:#x}");
+        }
+    }
+
+    #[test]
+    fn any_function_in_sees_functions_not_padding() {
+        let mut mem = Words::default();
+        let mut ix = Index::new();
+        // One range [0x1000, 0x2008): a and b adjacent, padding, then c.
+        ix.add(
+            &decoded(
+                &[("a", 0x1000, 0x10), ("b", 0x1010, 0x20), ("c", 0x2000, 8)],
+                None,
+            ),
+            &mem,
+        );
+        assert_eq!(ix.len(), 1);
+        for (lo, hi, any) in [
+            (0x1030, 0x2000, false),
+            (0x1030, 0x2001, true),
+            (0x102f, 0x1031, true),
+            (0x0ff0, 0x1000, false),
+            (0x0ff0, 0x1001, true),
+            (0x2008, 0x3000, false),
+            (0x1500, 0x1500, false),
+            (0x0, u64::MAX, true),
+        ] {
+            assert_eq!(ix.any_function_in(lo, hi), any, "[{lo:#x}, {hi:#x})");
+        }
+        // A newer registration in the padding, whose object turns out dead once checked:
+        // until then it counts.
+        mem.0.insert(0x500, 0);
+        ix.add(&decoded(&[("d", 0x1800, 0x10)], Some((0x500, 7))), &mem);
+        for (lo, hi, any) in [
+            (0x1030, 0x2000, true),
+            (0x1030, 0x1800, false),
+            (0x1810, 0x2000, false),
+            (0x17ff, 0x1801, true),
+        ] {
+            assert_eq!(ix.any_function_in(lo, hi), any, "[{lo:#x}, {hi:#x})");
+        }
+        assert_eq!(name_at(&mut ix, 0x1800, &mem), None);
+        assert!(!ix.any_function_in(0x1030, 0x2000));
+        // A newer function over the end of b: b's remaining part still counts.
+        ix.add(&decoded(&[("e", 0x1020, 0x40)], None), &mem);
+        for (lo, hi, any) in [
+            (0x1060, 0x2000, false),
+            (0x1018, 0x1019, true),
+            (0x105f, 0x1060, true),
+        ] {
+            assert_eq!(ix.any_function_in(lo, hi), any, "[{lo:#x}, {hi:#x})");
         }
     }
 

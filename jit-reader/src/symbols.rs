@@ -3,11 +3,18 @@
 //! unit-tested here.
 //!
 //! Rules, from how GDB's JIT symbol callbacks work:
-//! - One symtab per source file (a symtab has one file name) and run of adjacent functions;
+//! - One symtab per source file (a symtab has one file name) and run of functions;
 //!   functions without lines share such symtabs without a file name. GDB picks the symtab
 //!   for a PC by the smallest [lowest start, highest end) range that contains it, across all
-//!   entries: a symtab spanning a gap would capture PCs of functions another entry puts
-//!   there (consolidated batches interleave like that) and hide their lines.
+//!   entries, and walks every symtab of every objfile to find it: a symtab per function
+//!   makes every PC lookup cost as many steps as there are functions, so a run goes on over
+//!   a gap between two functions of its file as long as the gap is small ([`BRIDGE_MAX`])
+//!   and holds no function of any other symtab: none of the same payload (other files), none
+//!   of any entry read before (the caller's test, [`plan_around`]). An entry read later with
+//!   code in such a gap cannot bridge past the bridged entry's functions on either side of
+//!   it, so its symtab's range lies inside the gap, is smaller, and GDB picks it there.
+//!   Addresses in a bridged gap belong to no block and get no line (each function's end
+//!   keeps its line-0 marker).
 //! - A block per function, then its nested blocks with their parents. GDB keeps each
 //!   symtab's blocks in a list sorted by (start ascending, end descending) and inserts every
 //!   new block by walking that list, so blocks are opened in exactly that order: each
@@ -237,14 +244,32 @@ pub fn drop_tombstones(records: &mut Records<'_>, mem: &dyn Memory) -> Vec<Tombs
     dropped
 }
 
-/// Builds the symbol tables of a payload's objects. Errors name the first problem found
-/// (the decoder validates; this guards what GDB would be given all the same).
+/// Largest gap (exclusive) between two functions of one file that their symtab spans. Gaps
+/// inside a JIT's code pages (alignment, stubs, constant pools, freed functions) are small;
+/// a page or more apart, the next function is likely in another allocation, with whatever
+/// unregistered code (another runtime's, trampolines) between them that a symtab spanning
+/// it would claim. It also bounds how much a bridged symtab covers beyond its functions.
+pub const BRIDGE_MAX: u64 = 4096;
+
+/// Builds the symbol tables of a payload's objects, as if no other entry had code near
+/// them. Errors name the first problem found (the decoder validates; this guards what GDB
+/// would be given all the same).
 pub fn plan(decoded: &[Decoded]) -> Result<Plan, String> {
     plan_records(&Records::from_decoded(decoded))
 }
 
 /// [`plan`] for the functions of a payload's records.
 pub fn plan_records(records: &Records<'_>) -> Result<Plan, String> {
+    plan_around(records, |_, _| false)
+}
+
+/// [`plan_records`] beside other entries: `taken(a, b)` says whether any function of an
+/// entry GDB already has symbols for (other than this payload) overlaps `[a, b)`; a symtab
+/// never spans such a gap.
+pub fn plan_around(
+    records: &Records<'_>,
+    mut taken: impl FnMut(u64, u64) -> bool,
+) -> Result<Plan, String> {
     let mut total = 0;
     let mut rows = 0;
     // Functions by file. Consecutive functions almost always share their file, so the
@@ -270,6 +295,8 @@ pub fn plan_records(records: &Records<'_>) -> Result<Plan, String> {
     }
     // Files in order, no file first (each file is one group).
     by_file.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    // With several files, a gap of one may hold functions of another.
+    let occupied = (by_file.len() > 1).then(|| Occupied::new(records));
     let mut p = Plan {
         strings: Vec::with_capacity(total * 24),
         symtabs: Vec::with_capacity(by_file.len()),
@@ -283,10 +310,18 @@ pub fn plan_records(records: &Records<'_>) -> Result<Plan, String> {
         }
         let mut rest = &fns[..];
         while !rest.is_empty() {
-            // The run ends at the first function that starts after everything before it.
+            // The run ends at the first function after a gap it may not span.
             let mut end = rest[0].end();
             let mut n = 1;
-            while n < rest.len() && rest[n].start <= end {
+            while n < rest.len() {
+                let next = rest[n].start;
+                let joins = next <= end
+                    || (next - end < BRIDGE_MAX
+                        && !occupied.as_ref().is_some_and(|o| o.overlaps(end, next))
+                        && !taken(end, next));
+                if !joins {
+                    break;
+                }
                 end = end.max(rest[n].end());
                 n += 1;
             }
@@ -304,6 +339,45 @@ pub fn plan_records(records: &Records<'_>) -> Result<Plan, String> {
         }
     }
     Ok(p)
+}
+
+/// The ranges of all of a payload's functions, for "does any overlap [a, b)?" in O(log n).
+struct Occupied {
+    /// Starts, ascending.
+    starts: Vec<u64>,
+    /// `reach[i]`: the highest end among the functions up to `i` (ranges may overlap across
+    /// objects, so ends alone are not sorted).
+    reach: Vec<u64>,
+}
+
+impl Occupied {
+    fn new(records: &Records<'_>) -> Occupied {
+        let mut ranges: Vec<(u64, u64)> = records
+            .all_functions()
+            .map(|f| (f.start, f.end()))
+            .collect();
+        if !ranges.windows(2).all(|w| w[0] <= w[1]) {
+            ranges.sort_unstable();
+        }
+        let mut high = 0;
+        let reach = ranges
+            .iter()
+            .map(|&(_, e)| {
+                high = high.max(e);
+                high
+            })
+            .collect();
+        Occupied {
+            starts: ranges.iter().map(|&(s, _)| s).collect(),
+            reach,
+        }
+    }
+
+    /// Does a function overlap [a, b)? One starting before `b` must reach past `a`.
+    fn overlaps(&self, a: u64, b: u64) -> bool {
+        let n = self.starts.partition_point(|&s| s < b);
+        n.checked_sub(1).is_some_and(|i| self.reach[i] > a)
+    }
 }
 
 /// A function's range, or why it has none.
@@ -541,13 +615,162 @@ mod tests {
         o.set_lines(c, "y.js", &rows(&[(2, 7)])).unwrap();
         o.add_function("d", 0x4000, 0x10).unwrap();
         let p = plan(&one(o)).unwrap();
-        // `b` and `a` are not adjacent: a symtab each, in address order.
-        assert_eq!(files(&p), [None, Some("x.js"), Some("x.js"), Some("y.js")]);
-        assert_eq!((names(&p, 1), names(&p, 2)), (vec!["b"], vec!["a"]));
-        assert_eq!(lines_of(&p, 1), [(0x1000, 10), (0x1010, 0)]);
-        assert_eq!(lines_of(&p, 2), [(0x2000, 1), (0x2004, 2), (0x2010, 0)]);
+        // `b` and `a` are not adjacent, but nothing lies between them: one symtab, in
+        // address order, each function's lines ended by a line-0 row.
+        assert_eq!(files(&p), [None, Some("x.js"), Some("y.js")]);
+        assert_eq!(names(&p, 1), ["b", "a"]);
+        assert_eq!(
+            lines_of(&p, 1),
+            [
+                (0x1000, 10),
+                (0x1010, 0),
+                (0x2000, 1),
+                (0x2004, 2),
+                (0x2010, 0)
+            ]
+        );
         assert!(p.symtabs[0].lines.is_empty());
         assert_eq!(names(&p, 0), ["d"]);
+    }
+
+    /// The functions of each symtab, by name.
+    fn runs(p: &Plan) -> Vec<Vec<&str>> {
+        (0..p.symtabs.len()).map(|i| names(p, i)).collect()
+    }
+
+    /// Functions `(name, start, file)` of 0x12 bytes, each with one line row (line 0: none).
+    fn layout(fns: &[(&str, u64, u32)]) -> Vec<Decoded> {
+        let mut o = JitObject::new();
+        for &(name, start, line) in fns {
+            let f = o.add_function(name, start, 0x12).unwrap();
+            if line > 0 {
+                o.set_lines(f, "x.js", &rows(&[(0, line)])).unwrap();
+            }
+        }
+        one(o)
+    }
+
+    #[test]
+    fn gaps_below_the_cap_are_bridged() {
+        let last = 0x1080 + 0x12 + BRIDGE_MAX - 1;
+        let p = plan(&layout(&[
+            ("a", 0x1000, 1),
+            ("b", 0x1040, 2),
+            ("c", 0x1080, 3),
+            ("d", last, 4),
+            ("e", last + 0x12 + BRIDGE_MAX, 5),
+            // Without lines: their own group, bridged the same way.
+            ("n0", 0x10_0000, 0),
+            ("n1", 0x10_0100, 0),
+        ]))
+        .unwrap();
+        // A gap of BRIDGE_MAX - 1 is bridged, one of BRIDGE_MAX is not.
+        assert_eq!(
+            runs(&p),
+            [vec!["n0", "n1"], vec!["a", "b", "c", "d"], vec!["e"]]
+        );
+        // Every function's end keeps its line-0 row: its gap gets no line.
+        assert_eq!(
+            lines_of(&p, 1),
+            [
+                (0x1000, 1),
+                (0x1012, 0),
+                (0x1040, 2),
+                (0x1052, 0),
+                (0x1080, 3),
+                (0x1092, 0),
+                (last, 4),
+                (last + 0x12, 0)
+            ]
+        );
+        // One block per function, exact.
+        let blocks: Vec<(u64, u64)> = p.blocks[p.symtabs[1].blocks.clone()]
+            .iter()
+            .map(|b| (b.begin, b.end))
+            .collect();
+        assert_eq!(
+            blocks,
+            [
+                (0x1000, 0x1012),
+                (0x1040, 0x1052),
+                (0x1080, 0x1092),
+                (last, last + 0x12)
+            ]
+        );
+    }
+
+    #[test]
+    fn gaps_holding_another_files_code_are_not_bridged() {
+        let mut o = JitObject::new();
+        for (name, start, file) in [
+            ("a", 0x1000, "x.js"),
+            ("b", 0x1040, "x.js"),
+            ("y", 0x1060, "y.js"),
+            ("c", 0x1080, "x.js"),
+            ("d", 0x10c0, "x.js"),
+            ("z", 0x2000, "y.js"),
+        ] {
+            let f = o.add_function(name, start, 0x12).unwrap();
+            o.set_lines(f, file, &rows(&[(0, 1)])).unwrap();
+        }
+        // A function without lines (a group of its own) in the gap after `c`.
+        o.add_function("n", 0x10a0, 0x10).unwrap();
+        let p = plan(&one(o)).unwrap();
+        // x.js bridges only the gap after `a`; y.js's one gap holds x.js's `c` and `d`.
+        assert_eq!(
+            runs(&p),
+            [
+                vec!["n"],
+                vec!["a", "b"],
+                vec!["c"],
+                vec!["d"],
+                vec!["y"],
+                vec!["z"]
+            ]
+        );
+    }
+
+    /// A function that starts before a gap and reaches into it (another object's: nothing
+    /// forbids overlaps across objects) blocks it too.
+    #[test]
+    fn gaps_reached_into_by_a_long_function_are_not_bridged() {
+        let mut o1 = JitObject::new();
+        for (name, start) in [("a", 0x1000), ("b", 0x1100), ("c", 0x1200)] {
+            let f = o1.add_function(name, start, 0x12).unwrap();
+            o1.set_lines(f, "x.js", &rows(&[(0, 1)])).unwrap();
+        }
+        let mut o2 = JitObject::new();
+        o2.add_function("long", 0x0800, 0x850).unwrap();
+        let d: Vec<Decoded> = [o1, o2]
+            .into_iter()
+            .map(|object| Decoded { object, live: None })
+            .collect();
+        let p = plan(&d).unwrap();
+        // `a` ends last among the functions starting before `b`, but `long` reaches further.
+        assert_eq!(runs(&p), [vec!["long"], vec!["a"], vec!["b", "c"]]);
+    }
+
+    #[test]
+    fn gaps_taken_by_other_entries_are_not_bridged() {
+        let d = layout(&[
+            ("a", 0x1000, 1),
+            ("b", 0x1040, 2),
+            ("c", 0x1080, 3),
+            ("d", 0x2000, 4),
+        ]);
+        let r = Records::from_decoded(&d);
+        let mut asked = Vec::new();
+        // Another entry has code at 0x1060.
+        let p = plan_around(&r, |lo, hi| {
+            asked.push((lo, hi));
+            lo <= 0x1060 && 0x1060 < hi
+        })
+        .unwrap();
+        assert_eq!(runs(&p), [vec!["a", "b"], vec!["c", "d"]]);
+        assert_eq!(
+            asked,
+            [(0x1012, 0x1040), (0x1052, 0x1080), (0x1092, 0x2000)]
+        );
     }
 
     #[test]
@@ -681,10 +904,10 @@ mod tests {
         let mut o1 = JitObject::new();
         let a = o1.add_function("a", 0x1000, 0x10).unwrap();
         o1.set_lines(a, "x.js", &rows(&[(0, 1)])).unwrap();
-        let c = o1.add_function("c", 0x2010, 0x10).unwrap();
+        let c = o1.add_function("c", 0x3010, 0x10).unwrap();
         o1.set_lines(c, "x.js", &rows(&[(0, 3)])).unwrap();
         let mut o2 = JitObject::new();
-        let b = o2.add_function("b", 0x2000, 0x10).unwrap();
+        let b = o2.add_function("b", 0x3000, 0x10).unwrap();
         o2.set_lines(b, "x.js", &rows(&[(0, 2)])).unwrap();
         let d = vec![
             Decoded {
@@ -697,7 +920,8 @@ mod tests {
             },
         ];
         let p = plan(&d).unwrap();
-        // `a` alone (a gap follows it), then `b` and `c`, adjacent though from two objects.
+        // `a` alone (a gap of BRIDGE_MAX or more follows it), then `b` and `c`, adjacent
+        // though from two objects.
         assert_eq!((names(&p, 0), names(&p, 1)), (vec!["a"], vec!["b", "c"]));
     }
 

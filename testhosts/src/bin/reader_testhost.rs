@@ -51,6 +51,12 @@
 //!   scripts do at the stop. `READER_HOST_MAX_PENDING=1` makes the registry announce as
 //!   soon as one registration is pending.
 //!
+//! - `gaps p-first|q-first`: two compact entries interleaved in one file's gaps, as a runtime
+//!   that reuses freed slots leaves them: P holds `jit_gap_outer` (+0x000) and
+//!   `jit_gap_after` (+0x100), Q `jit_gap_inner` (+0x080) and `jit_gap_far` (+0x400), all
+//!   small functions with free bytes after them. Registered P then Q (`p-first`) or Q then
+//!   P, then `jit_gap_outer -> jit_gap_inner` runs (stop). The other two are not run.
+//!
 //! Every mode first prints `jit-fn ...` lines in the main host's format (see
 //! `tests/common`), and writes the pseudo source `reader_host.jit` to `--source-dir`.
 
@@ -65,7 +71,7 @@ use jit_interface::{
 
 const USAGE: &str = "usage: reader_testhost [--source-dir DIR] \
      clobber|reuse|mixed|corrupt|endcall|blocks|many|late|deferred|tombstone [wait] \
-     | epilogues [compact|elf]";
+     | epilogues [compact|elf] | gaps p-first|q-first";
 
 /// Address of the unregistered function of the `tombstone` mode, for the debugger.
 #[no_mangle]
@@ -309,6 +315,25 @@ impl Buffer {
     }
 }
 
+impl Buffer {
+    /// Writes functions at the given offsets (the rest stays int3) and makes the buffer
+    /// executable; returns their start addresses.
+    fn place_at(&self, fns: &[(&Code, usize)]) -> Result<Vec<u64>, String> {
+        self.protect(libc::PROT_READ | libc::PROT_WRITE)?;
+        // SAFETY: inside our read-write mapping.
+        unsafe { std::ptr::write_bytes(self.ptr, 0xcc, CODE_LEN) };
+        for (f, at) in fns {
+            assert!(at + f.bytes.len() <= CODE_LEN);
+            // SAFETY: inside our read-write mapping (checked above).
+            unsafe {
+                std::ptr::copy_nonoverlapping(f.bytes.as_ptr(), self.ptr.add(*at), f.bytes.len())
+            };
+        }
+        self.protect(libc::PROT_READ | libc::PROT_EXEC)?;
+        Ok(fns.iter().map(|(_, at)| BASE + *at as u64).collect())
+    }
+}
+
 /// Adds `c` at `start` to `obj` and prints its `jit-fn` line.
 fn describe_into(
     obj: &mut JitObject,
@@ -460,6 +485,7 @@ fn real_main() -> Result<(), String> {
     let mut dir = PathBuf::from(".");
     let mut mode = None;
     let mut format = Format::Compact;
+    let mut q_first = false;
     while let Some(a) = args.next() {
         match a.as_str() {
             "--source-dir" => {
@@ -471,6 +497,9 @@ fn real_main() -> Result<(), String> {
             }
             m if mode.is_none() && !m.starts_with('-') => mode = Some(m.to_string()),
             "wait" => {}
+            "p-first" | "q-first" if mode.as_deref() == Some("gaps") => {
+                q_first = a == "q-first";
+            }
             "compact" | "elf" if mode.as_deref() == Some("epilogues") => {
                 format = if a == "elf" {
                     Format::Elf
@@ -762,6 +791,25 @@ fn real_main() -> Result<(), String> {
             println!("reader-testhost: ghost at {:#x}", starts[2]);
             register_raw(payload);
             stop("tombstone", starts[1]);
+        }
+        "gaps" => {
+            let inner = frameless_fn("jit_gap_inner", brk);
+            let after = frameless_fn("jit_gap_after", brk);
+            let far = frameless_fn("jit_gap_far", brk);
+            let outer = frame_pointer_fn("jit_gap_outer", BASE + 0x80);
+            let starts =
+                buf.place_at(&[(&outer, 0), (&inner, 0x80), (&after, 0x100), (&far, 0x400)])?;
+            let mut p = JitObject::new();
+            describe_into(&mut p, &outer, starts[0], &file)?;
+            describe_into(&mut p, &after, starts[2], &file)?;
+            let mut q = JitObject::new();
+            describe_into(&mut q, &inner, starts[1], &file)?;
+            describe_into(&mut q, &far, starts[3], &file)?;
+            let (first, second) = if q_first { (&q, &p) } else { (&p, &q) };
+            let err = |e: jit_interface::Error| e.to_string();
+            let _a = jit_interface::register(first, Format::Compact).map_err(err)?;
+            let _b = jit_interface::register(second, Format::Compact).map_err(err)?;
+            stop("gaps", starts[0]);
         }
         m => return Err(format!("unknown mode `{m}`\n{USAGE}")),
     }
