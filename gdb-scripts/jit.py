@@ -406,12 +406,45 @@ def _outermost_frame():
         return None
 
 
+# The descriptor's address per process: looked up once (a symbol lookup walks every
+# objfile, and the register hook asks at every registration: with a thousand JIT entries
+# loaded that took milliseconds per registration). Forgotten when a file that is not JIT
+# code is loaded or the process goes.
+_descriptor_cache = {}
+
+
+def _is_jit_objfile(objfile):
+    name = getattr(objfile, "filename", None) or ""
+    return name.startswith("<in-memory@") or name.startswith("<< JIT compiled code")
+
+
+def _forget_descriptor(event):
+    objfile = getattr(event, "new_objfile", None)
+    if objfile is not None and _is_jit_objfile(objfile):
+        return
+    _descriptor_cache.clear()
+
+
 def descriptor_address():
     inf = gdb.selected_inferior()
     if inf is None or inf.pid == 0:
         raise JitError(
             "the program is not running: start it, attach to a process or load a core file first"
         )
+    cached = _descriptor_cache.get(inf.pid)
+    if cached is not None:
+        return cached
+    addr = _look_up_descriptor()
+    _descriptor_cache[inf.pid] = addr
+    return addr
+
+
+gdb.events.new_objfile.connect(_forget_descriptor)
+gdb.events.exited.connect(_forget_descriptor)
+gdb.events.clear_objfiles.connect(_forget_descriptor)
+
+
+def _look_up_descriptor():
     # GDB looks a name up from the selected frame's scope first: stopped in code whose
     # debug info is damaged (a JIT entry's DWARF), the lookup fails on that DWARF before it
     # reaches the descriptor. That says nothing about the descriptor: look again from the
@@ -724,11 +757,28 @@ def _resolve_pending(funcs):
     _pending[:] = still
 
 
+def _in_live_registration():
+    """Is the live process stopped at __jit_debug_register_code (a registration, which
+    `_RegisterHook.stop` resolves against its own entry)?"""
+    if _hook is None or not _hook.is_valid() or not gdb.selected_inferior().pid:
+        return False
+    try:
+        pc = gdb.newest_frame().pc()
+        locations = getattr(_hook, "locations", None)
+        if locations is not None:
+            return any(loc.address == pc for loc in locations)
+        return pc == int(gdb.parse_and_eval("&__jit_debug_register_code"))
+    except (gdb.error, RuntimeError):
+        return False
+
+
 def _on_new_objfile(event):
     """Attach and core files: GDB reads the whole entry list without any call of
     __jit_debug_register_code, making an objfile per ELF entry (and none for entries its
-    reader took), so pending requests are checked against the whole list here too."""
-    if not _pending:
+    reader took), so pending requests are checked against the whole list here too. Not at
+    a live registration: the hook's stop checks the entry registered, and scanning the whole
+    list at every ELF entry made each registration cost 30 ms at 1,000 functions."""
+    if not _pending or _in_live_registration():
         return
     try:
         funcs = scan().funcs
@@ -848,7 +898,9 @@ def _on_stop_flush(_event):
 gdb.events.stop.connect(_on_stop_flush)
 gdb.events.exited.connect(lambda _event: _pending_counter.clear())
 # A runtime loaded later (dlopen) brings the counter: look again.
-gdb.events.new_objfile.connect(lambda _event: _pending_counter.clear())
+gdb.events.new_objfile.connect(
+    lambda event: None if _is_jit_objfile(event.new_objfile) else _pending_counter.clear()
+)
 
 
 def _install_hook():
