@@ -3,7 +3,8 @@
 # `bt` through 10,000 JIT frames.
 # Every figure is reported next to the floor (../shared/floor, built from its sources in a
 # temporary directory, never copied into the project) measured in the same run, and as a
-# ratio to it. Writes docs/PERFORMANCE.md. Bounded to a few minutes (BENCH_QUICK=1: smaller).
+# ratio to it. Writes docs/PERFORMANCE.md. Bounded to a few minutes (BENCH_QUICK=1: smaller),
+# plus section 8 (real sessions), whose runs have a time budget each (see bench-sessions.py).
 #
 #   scripts/bench.sh
 #   BENCH_ONLY=bt scripts/bench.sh     only section 4 (backtraces), printed, the report untouched
