@@ -41,8 +41,13 @@ NMI = 2000 if QUICK else 10000  # the MI session
 # before it (same payload, layout and session), grown as the square of the size, predicts
 # more. The runs the goals are computed from (gaps 0-256 with breakpoints) get GOAL_BUDGET_S.
 # The section stays bounded, and fills in as sessions get faster.
-RUN_BUDGET_S = 60 if QUICK else 120
-GOAL_BUDGET_S = 180 if QUICK else 360
+RUN_BUDGET_S = 60 if QUICK else 90
+GOAL_BUDGET_S = 180 if QUICK else 240
+# The whole section's budget: the goals' runs go first, then batched, then the other
+# one-by-one runs, each stopped when the section's budget (less what the MI sessions are
+# given) is spent; runs left are reported as not run.
+SECTION_BUDGET_S = 480 if QUICK else 660
+MI_RESERVE_S = 60 if QUICK else 150
 
 LAYOUTS = (("contiguous", None), ("gap 64", "64"), ("gap 0-256", "random"))
 MODES = ("gdb", "bp", "launcher")
@@ -125,6 +130,7 @@ def reg_stats(text):
     return s, int(m.group(1)) if m else 0
 
 
+T0 = time.monotonic()
 results = {}  # (kind, fmt, layout, mode, n) -> (wall s, GDB MB, registration s, stops)
 
 
@@ -136,7 +142,15 @@ def run_case(kind, fmt, layout, gap, mode, n, k, smaller=None):
     setup), skipped if that run's wall time (or budget, if it was stopped) grown as the
     square of the size exceeds the budget."""
     key = (kind, fmt, layout, mode, n)
+    if key in results or key in skipped:
+        return
     budget = GOAL_BUDGET_S if (layout, mode) == ("gap 0-256", "bp") else RUN_BUDGET_S
+    left = SECTION_BUDGET_S - MI_RESERVE_S - (time.monotonic() - T0)
+    if left < 5:
+        skipped[key] = ("not run: the section's time budget was spent", budget)
+        log(f"  {kind} {fmt} {layout} {mode} {n}: not run, the section's budget is spent")
+        return
+    budget = min(budget, int(left))
     if smaller is not None:
         prev = results.get((kind, fmt, layout, mode, smaller))
         prev_wall = prev[0] if prev else skipped[(kind, fmt, layout, mode, smaller)][1]
@@ -160,9 +174,18 @@ def run_case(kind, fmt, layout, gap, mode, n, k, smaller=None):
         f"{rss:.0f} MB, {stops} stops")
 
 
-T0 = time.monotonic()
 LOAD = os.getloadavg()[0]
 log(f"sessions: batched {NB}, one by one {SIZES}, {NBIG}, MI {NMI} (load {LOAD:.1f})")
+# First the runs the goals are computed from: gaps 0-256 with breakpoints, one by one (and
+# GDB's memory at NBIG of them), and the gdb sessions at the larger size, gapped and not.
+for fmt in FORMATS:
+    for i, n in enumerate(SIZES):
+        run_case("one", fmt, "gap 0-256", "random", "bp", n, 1, SIZES[i - 1] if i else None)
+    run_case("one", fmt, "gap 0-256", "random", "bp", NBIG, 1, SIZES[-1])
+for fmt in FORMATS:
+    for layout, gap in LAYOUTS:
+        run_case("one", fmt, layout, gap, "gdb", SIZES[0], 1)
+        run_case("one", fmt, layout, gap, "gdb", SIZES[1], 1, SIZES[0])
 for fmt in FORMATS:
     for layout, gap in LAYOUTS:
         for mode in MODES:
@@ -172,9 +195,6 @@ for fmt in FORMATS:
         for mode in MODES:
             for i, n in enumerate(SIZES):
                 run_case("one", fmt, layout, gap, mode, n, 1, SIZES[i - 1] if i else None)
-# GDB's memory at NBIG one-by-one registrations, with gaps and breakpoints.
-for fmt in FORMATS:
-    run_case("one", fmt, "gap 0-256", "random", "bp", NBIG, 1, SIZES[-1])
 
 
 def mi_session(fmt, launcher):
@@ -267,7 +287,7 @@ w("")
 w("One by one: every function registered by its own call. A session is stopped after "
   f"{RUN_BUDGET_S} s ({GOAL_BUDGET_S} s for gaps 0-256 with breakpoints, the goals' runs), and "
   "skipped when the run of the size before it, grown as the square of the size, predicts "
-  "more.\n")
+  f"more; the section has {SECTION_BUDGET_S} s in all (the goals' runs go first).\n")
 w("| payload | layout | functions | gdb | bp | launcher | stops | wall s (gdb / bp / launcher) |")
 w("|---|---|---|---|---|---|---|---|")
 for fmt in FORMATS:
