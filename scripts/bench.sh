@@ -3,11 +3,16 @@
 # `bt` through 10,000 JIT frames.
 # Every figure is reported next to the floor (../shared/floor, built from its sources in a
 # temporary directory, never copied into the project) measured in the same run, and as a
-# ratio to it. Writes docs/PERFORMANCE.md. Bounded to a few minutes (BENCH_QUICK=1: smaller).
+# ratio to it. Writes docs/PERFORMANCE.md. Bounded to a few minutes (BENCH_QUICK=1: smaller),
+# plus section 9 (real sessions), whose runs have a time budget each (see bench-sessions.py).
 #
 #   scripts/bench.sh
 #   BENCH_ONLY=bt scripts/bench.sh     only section 4 (backtraces), printed, the report untouched
 #   BENCH_ONLY=reg scripts/bench.sh    only section 1 (no debugger), printed, the report untouched
+#   BENCH_ONLY=sessions scripts/bench.sh
+#                                      only section 9 (real sessions: gaps, user breakpoints,
+#                                      the launcher, MI; scripts/bench-sessions.py), printed,
+#                                      the report untouched
 
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,10 +25,19 @@ trap 'rm -rf "$WORK"' EXIT
 echo "building (release): scale and deep hosts, reader; floor from $FLOOR_SRC" >&2
 cargo build --quiet --release -p jit-interface --example scale_host --example deep_host
 cargo build --quiet --release -p jit-reader
+# Section 8 runs sessions through the launcher too.
+cargo build --quiet --release -p jit-gdb --bin jit-gdb
 # The floor's host has no debug info; GDB would spend ~0.1-0.3 s and ~15 MB reading
 # scale_host's own DWARF, which is not JIT cost: compare like with like (symbols stay).
 cp target/release/examples/scale_host "$WORK/scale_host"
 strip --strip-debug "$WORK/scale_host"
+# Section 8 (scripts/bench-sessions.py): what it needs, for a run of it alone or from below.
+export SESSIONS_HOST=$WORK/scale_host SESSIONS_READER=$ROOT/target/release/libjitreader.so \
+    SESSIONS_LAUNCHER=$ROOT/target/release/jit-gdb SESSIONS_SCRIPTS=$ROOT/gdb-scripts/jit.py
+if [ "${BENCH_ONLY:-}" = sessions ]; then
+    python3 scripts/bench-sessions.py
+    exit 0
+fi
 gcc -O2 -o "$WORK/jb" "$FLOOR_SRC/jb.c" -lpthread
 gcc -O2 -shared -fPIC -o "$WORK/floor-reader.so" "$FLOOR_SRC/reader.c"
 # Section 4: the native half of the deep host (a typical optimised C build with debug info),
@@ -723,6 +737,10 @@ except FileNotFoundError:
 for section in re.split(r"(?m)^(?=## )", previous):
     if section.startswith("## ") and "measured by hand" in section.splitlines()[0]:
         w(section.rstrip("\n") + "\n")
+# (9) real sessions: gaps, user breakpoints, the launcher, MI (issue 25), by its own script;
+# after the sections measured by hand (6, 7 and 8), which keep their numbers.
+w(subprocess.run(["python3", os.path.join(ROOT, "scripts", "bench-sessions.py")],
+                 stdout=subprocess.PIPE, text=True, check=True, timeout=3600).stdout)
 open(OUT, "w").write("\n".join(lines) + "\n")
 print(f"wrote {OUT}")
 PY

@@ -1,9 +1,12 @@
 //! Scale host for benchmarks and `tests/scale_*.rs`: registers many fake functions (names,
 //! 8 line rows, a frame-pointer prologue each, no epilogue described; their code is never
-//! run) through the public API, in objects of K functions.
+//! run, except in `run` mode) through the public API, in objects of K functions.
 //!
 //! ```text
 //! scale_host reg N K compact|elf        register N functions, K per object; print timing
+//! scale_host run N K compact|elf        the same with real code, then call functions N-1,
+//!                                       N/2 and 0 (their `jit-fn` lines printed first),
+//!                                       the last calling scale_host_jit_stop
 //! scale_host encode N K compact|elf     build and encode the same objects, register nothing
 //! scale_host attach N K compact|elf     the same, then print the pid and sleep
 //! scale_host unreg N M compact|elf      register N functions one by one, then unregister
@@ -30,7 +33,9 @@
 //!                                       half with one `unregister_many`), write ./queries2.gdb,
 //!                                       stop in scale_host_checkpoint again and sleep
 //! ```
-//! Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
+//! `reg` and `run` call `scale_host_code_ready` once the functions' addresses are known, before
+//! registering, with `SCALE_HOST_PROBE` set to an address inside the middle function (for a
+//! debugger's `break *ADDR`). Timing goes to stderr as `TOTAL <mode> <seconds> s`. `SCALE_HOST_LINES=spread` puts each
 //! function's lines at its own place in the source (default: every function has lines 10-17);
 //! `SCALE_HOST_FILES=N` puts function `j`'s in file `j % N` of N (default: all in one).
 //! `SCALE_HOST_GAP=B` leaves B free bytes after each function, `SCALE_HOST_GAP=random` 0-256
@@ -316,6 +321,38 @@ fn unregister_some(n: u64, m: u64, format: Format) {
 
 fn register_all(n: u64, k: u64, format: Format) -> Vec<Registration> {
     let at = starts(code_area(n), n);
+    code_ready(&at);
+    register_at(&at, k, format)
+}
+
+/// Where a debugger can put a breakpoint on JIT code before any is registered (`break
+/// *(*(unsigned long *)&SCALE_HOST_PROBE)` at [`scale_host_code_ready`]): an address inside
+/// the middle function, its fifth byte. Set before registering starts.
+#[no_mangle]
+pub static SCALE_HOST_PROBE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Called once the functions' addresses are known, before anything is registered (and
+/// before timing): a session benchmark breaks here once to set its breakpoint on a JIT
+/// address, which then stays set through every registration.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn scale_host_code_ready(probe: u64) -> u64 {
+    // Not the same code as `scale_host_checkpoint`'s: the linker would fold the two into one
+    // address, and a breakpoint on either would stop at both.
+    std::hint::black_box(probe).rotate_left(7)
+}
+
+/// Publishes [`SCALE_HOST_PROBE`] for functions at `at` and calls [`scale_host_code_ready`].
+fn code_ready(at: &[u64]) {
+    let probe = at.get(at.len() / 2).map_or(0, |s| s + 4);
+    SCALE_HOST_PROBE.store(probe, std::sync::atomic::Ordering::Relaxed);
+    scale_host_code_ready(probe);
+}
+
+/// Registers functions starting at `at`, `k` per object, timing the registrations; prints
+/// the `TOTAL reg` and `TOTAL merges` lines.
+fn register_at(at: &[u64], k: u64, format: Format) -> Vec<Registration> {
+    let n = at.len() as u64;
     // The handles' storage is set up before timing, as the floor's host sets up its entry
     // array: keeping handles is the runtime's business, not a cost of registering.
     let mut slots: Vec<Option<Registration>> = (0..n.div_ceil(k)).map(|_| None).collect();
@@ -712,6 +749,99 @@ fn churn(threads: u64, ops: u64, format: Format, wait: bool) {
     }
 }
 
+/// The code of every function of `run`: a frame-pointer frame around an indirect call to
+/// the first address of the list `rdi` points to, passing the rest on, so that any list of
+/// functions ending in a native one makes a call chain.
+const CHAIN_FN: [u8; 15] = [
+    0x55, // push rbp
+    0x48, 0x89, 0xe5, // mov rbp, rsp
+    0x48, 0x8b, 0x07, // mov rax, [rdi]
+    0x48, 0x8d, 0x7f, 0x08, // lea rdi, [rdi + 8]
+    0xff, 0xd0, // call rax
+    0x5d, // pop rbp
+    0xc3, // ret
+];
+
+/// The native end of `run`'s call chain: a debugger breaks here with JIT frames above.
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn scale_host_jit_stop(rest: *const u64) -> u64 {
+    std::hint::black_box(rest as u64)
+}
+
+/// Function `j`'s source file and line rows, as [`add`] registers them.
+fn registered_lines(j: u64) -> (String, [LineRow; 8]) {
+    let file = match FILES.get() {
+        Some(files) => files[j as usize % files.len()].clone(),
+        None => "scale.js".to_string(),
+    };
+    let mut rows = ROWS;
+    if SPREAD_LINES.load(std::sync::atomic::Ordering::Relaxed) {
+        let first = (j.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 32) as u32 % 5000;
+        for r in &mut rows {
+            r.line += first;
+        }
+    }
+    (file, rows)
+}
+
+/// `run N K F`: like `reg`, but every function is real code ([`CHAIN_FN`]); once all are
+/// registered, prints a `jit-fn` line for each of functions N-1, N/2 and 0 (name, start,
+/// size, source file, line rows as `OFFSET:LINE`) and calls them in that order, the last
+/// calling [`scale_host_jit_stop`]: a debugger stopped there sees the three JIT frames.
+fn run_chain(n: u64, k: u64, format: Format) {
+    assert!(n >= 3, "run needs at least 3 functions, not {n}");
+    let offsets = starts(0, n);
+    let mut buf = code_buf::CodeBuf::new((offsets[n as usize - 1] + FN_SIZE) as usize);
+    for &o in &offsets {
+        buf.write(o as usize, &CHAIN_FN);
+    }
+    let base = buf.make_executable();
+    let at: Vec<u64> = offsets.iter().map(|o| base + o).collect();
+    code_ready(&at);
+    let regs = register_at(&at, k, format);
+    let (stops, bytes) = jit_interface::descriptor::notifications();
+    eprintln!(
+        "TOTAL hooks {stops} calls, {bytes} bytes announced, {} entries",
+        jit_interface::descriptor::entry_count()
+    );
+    let chain = [n - 1, n / 2, 0];
+    let mut names = Names::new();
+    for &j in &chain {
+        let (file, rows) = registered_lines(j);
+        let lines: Vec<String> = rows
+            .iter()
+            .map(|r| format!("{}:{}", r.offset, r.line))
+            .collect();
+        println!(
+            "jit-fn name={} start={:#x} size={FN_SIZE} file={file} lines={}",
+            names.of(j),
+            at[j as usize],
+            lines.join(",")
+        );
+    }
+    use std::io::Write;
+    std::io::stdout().flush().expect("flush stdout");
+    let list: Vec<u64> = chain
+        .iter()
+        .skip(1)
+        .map(|&j| at[j as usize])
+        .chain([scale_host_jit_stop as *const () as u64])
+        .collect();
+    // SAFETY: the entry is CHAIN_FN in executable memory, a C-ABI function of one pointer
+    // argument that calls each address of `list` in turn (each of them CHAIN_FN, the last
+    // `scale_host_jit_stop`), reading one more entry of `list` per call: `list` holds them.
+    let first = unsafe {
+        std::mem::transmute::<usize, extern "C" fn(*const u64) -> u64>(
+            at[chain[0] as usize] as usize,
+        )
+    };
+    let got = first(list.as_ptr());
+    assert_eq!(got, list.as_ptr() as u64 + 8 * list.len() as u64);
+    scale_host_checkpoint(regs.len());
+    std::process::exit(0);
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match std::env::var("SCALE_HOST_LINES") {
@@ -776,6 +906,7 @@ fn main() {
             // Exit with everything registered, like the floor: `reg` measures registration.
             std::process::exit(0);
         }
+        Some("run") => run_chain(num(2), num(3), format_arg(&args[4])),
         Some("encode") => encode_all(num(2), num(3), format_arg(&args[4])),
         Some("touch") => touch(num(2)),
         Some("attach") => {
@@ -796,7 +927,7 @@ fn main() {
         ),
         _ => {
             eprintln!(
-                "usage: scale_host reg|encode|attach N K compact|elf | unreg N M compact|elf \
+                "usage: scale_host reg|run|encode|attach N K compact|elf | unreg N M compact|elf \
                  | tier N EVERY compact|elf | churn T OPS compact|elf [wait] | touch PAGES"
             );
             std::process::exit(2);

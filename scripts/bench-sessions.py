@@ -1,0 +1,382 @@
+#!/usr/bin/env python3
+"""Section 8 of docs/PERFORMANCE.md: scale under real sessions (issue 25).
+
+Run by scripts/bench.sh (which builds the programs and passes their paths), or alone with
+`BENCH_ONLY=sessions scripts/bench.sh`. Prints the section's markdown on stdout, progress
+on stderr. BENCH_QUICK=1: smaller sizes.
+
+Every GDB-attached run of `scale_host` is made in three sessions:
+- `gdb`: GDB alone (`gdb -batch -nx -ex run`, our reader loaded for compact payloads);
+- `bp`: the same with three user breakpoints: one on a native function
+  (`scale_host_code_ready`, hit once before anything is registered), one pending on a JIT
+  name through the GDB scripts' `jit break` (the last function's name: pending, so decoding
+  every registered entry, until the last registration resolves it), one on a JIT address
+  (`break *ADDR`, ADDR inside the middle function, set at the stop in
+  `scale_host_code_ready`, which publishes it in `SCALE_HOST_PROBE`);
+- `launcher`: through `jit-gdb -batch -nx -ex run -- PROGRAM ARGS` (reader, GDB scripts and a
+  source session directory loaded; for ELF payloads too).
+and in three layouts of the 64-byte functions: contiguous, a 64-byte gap after each
+(`SCALE_HOST_GAP=64`), a pseudo-random gap of 0-256 bytes (`SCALE_HOST_GAP=random`).
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HOST = os.environ["SESSIONS_HOST"]
+READER = os.environ["SESSIONS_READER"]
+LAUNCHER = os.environ["SESSIONS_LAUNCHER"]
+SCRIPTS = os.environ["SESSIONS_SCRIPTS"]
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+
+NB = 20000 if QUICK else 100000  # batched runs, K = 1,000
+SIZES = (1000, 3000) if QUICK else (10000, 30000)  # one-by-one runs (3x apart: growth)
+NBIG = 10000 if QUICK else 100000  # one-by-one, for GDB's memory (gaps and breakpoints)
+NMI = 2000 if QUICK else 10000  # the MI session
+# Sessions are slow on code where GDB's cost per registration grows with what is loaded: a
+# run is stopped after RUN_BUDGET_S (reported as such), and skipped when the run of the size
+# before it (same payload, layout and session), grown as the square of the size, predicts
+# more. The runs the goals are computed from (gaps 0-256 with breakpoints) get GOAL_BUDGET_S.
+# The section stays bounded, and fills in as sessions get faster.
+RUN_BUDGET_S = 60 if QUICK else 90
+GOAL_BUDGET_S = 180 if QUICK else 240
+# The whole section's budget: the goals' runs go first, then batched, then the other
+# one-by-one runs, each stopped when the section's budget (less what the MI sessions are
+# given) is spent; runs left are reported as not run.
+SECTION_BUDGET_S = 480 if QUICK else 660
+MI_RESERVE_S = 60 if QUICK else 150
+
+LAYOUTS = (("contiguous", None), ("gap 64", "64"), ("gap 0-256", "random"))
+MODES = ("gdb", "bp", "launcher")
+FORMATS = ("compact", "elf")
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def last_name(n):
+    return f"jit_fn_{n - 1:013}"
+
+
+def session(mode, fmt, args, n):
+    """The command line of one GDB session running `HOST ARGS` (n functions)."""
+    bp_before, bp_after = [], []
+    if mode.endswith("bp"):
+        if not mode.startswith("launcher"):
+            bp_before += ["-ex", f"source {SCRIPTS}"]
+        bp_before += ["-ex", "break scale_host_code_ready", "-ex", f"jit break {last_name(n)}"]
+        # At the stop in scale_host_code_ready (Rust, or no debug info: C's cast syntax
+        # needs C), on an address inside the middle function, before it is registered.
+        bp_after = ["-ex", "set language c",
+                    "-ex", "break *(*(unsigned long *) &SCALE_HOST_PROBE)",
+                    "-ex", "set language auto", "-ex", "continue"]
+    if mode.startswith("launcher"):
+        return [LAUNCHER, "-batch", "-nx"] + bp_before + ["-ex", "run"] + bp_after + ["--", HOST] + args
+    cmd = ["gdb", "-batch", "-nx"]
+    if fmt == "compact":
+        cmd += ["-ex", f"jit-reader-load {READER}"]
+    return cmd + bp_before + ["-ex", "run"] + bp_after + ["--args", HOST] + args
+
+
+def measure(cmd, gap, timeout=1800, stdin=None):
+    """Runs cmd under /usr/bin/time -v: (wall s, max RSS in MB of its biggest process, GDB
+    here, output), or None if it ran longer than `timeout` s (its whole process group, GDB
+    and the program, is killed). Fails loudly on a non-zero exit."""
+    env = dict(os.environ, JIT_GDB_READER=READER, JIT_GDB_SCRIPTS=SCRIPTS)
+    env.pop("SCALE_HOST_GAP", None)
+    if gap:
+        env["SCALE_HOST_GAP"] = gap
+    t0 = time.monotonic()
+    p = subprocess.Popen(["/usr/bin/time", "-v"] + cmd, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=env, stdin=stdin,
+                         start_new_session=True)
+    try:
+        text, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.communicate()
+        return None
+    wall = time.monotonic() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{text[-3000:]}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", text).group(1)) / 1024
+    return wall, rss, text
+
+
+def check_breakpoints(text, n, cmd):
+    """The three user breakpoints were really set, and the pending one resolved at the last
+    registration: a session that silently lost one would measure nothing."""
+    set_at = re.findall(r"(?m)^Breakpoint \d+ at (0x[0-9a-f]+)", text)
+    if len(set_at) < 2:
+        raise SystemExit(f"the native breakpoint or the one on a JIT address is missing "
+                         f"(set: {set_at}): {' '.join(cmd)}\n{text[-3000:]}")
+    for rx, what in (
+        (r"breakpoint pending until one is registered", "the pending jit break"),
+        (rf"jit: breakpoint \d+ on {last_name(n)} at 0x[0-9a-f]+ \(pending",
+         "the pending jit break resolved at the last registration"),
+    ):
+        if not re.search(rx, text):
+            raise SystemExit(f"{what} is missing from the session: {' '.join(cmd)}\n{text[-3000:]}")
+
+
+def reg_stats(text):
+    """(registration s inside the host, GDB stops) from scale_host's TOTAL lines."""
+    s = float(re.search(r"TOTAL reg ([\d.]+) s", text).group(1))
+    m = re.search(r"TOTAL hooks (\d+) calls", text)
+    return s, int(m.group(1)) if m else 0
+
+
+T0 = time.monotonic()
+results = {}  # (kind, fmt, layout, mode, n) -> (wall s, GDB MB, registration s, stops)
+
+
+skipped = {}  # (kind, fmt, layout, mode, n) -> why, for the tables
+
+
+def run_case(kind, fmt, layout, gap, mode, n, k, smaller=None):
+    """One session, stopped after its budget; with `smaller` (a size run before in the same
+    setup), skipped if that run's wall time (or budget, if it was stopped) grown as the
+    square of the size exceeds the budget."""
+    key = (kind, fmt, layout, mode, n)
+    if key in results or key in skipped:
+        return
+    budget = GOAL_BUDGET_S if (layout, mode) == ("gap 0-256", "bp") else RUN_BUDGET_S
+    left = SECTION_BUDGET_S - MI_RESERVE_S - (time.monotonic() - T0)
+    if left < 5:
+        skipped[key] = ("not run: the section's time budget was spent", budget)
+        log(f"  {kind} {fmt} {layout} {mode} {n}: not run, the section's budget is spent")
+        return
+    budget = min(budget, int(left))
+    if smaller is not None:
+        prev = results.get((kind, fmt, layout, mode, smaller))
+        prev_wall = prev[0] if prev else skipped[(kind, fmt, layout, mode, smaller)][1]
+        predicted = prev_wall * (n / smaller) ** 2
+        if predicted > budget:
+            skipped[key] = (f"skipped: predicted {predicted:.0f} s", predicted)
+            log(f"  {kind} {fmt} {layout} {mode} {n}: skipped, predicted {predicted:.0f} s")
+            return
+    cmd = session(mode, fmt, ["reg", str(n), str(k), fmt], n)
+    got = measure(cmd, gap, timeout=budget)
+    if got is None:
+        skipped[key] = (f"stopped after {budget} s", budget)
+        log(f"  {kind} {fmt} {layout} {mode} {n}: stopped after {budget} s")
+        return
+    wall, rss, text = got
+    if mode.endswith("bp"):
+        check_breakpoints(text, n, cmd)
+    reg_s, stops = reg_stats(text)
+    results[key] = (wall, rss, reg_s, stops)
+    log(f"  {kind} {fmt} {layout} {mode} {n}: {wall:.2f} s wall, {reg_s:.2f} s registering, "
+        f"{rss:.0f} MB, {stops} stops")
+
+
+LOAD = os.getloadavg()[0]
+log(f"sessions: batched {NB}, one by one {SIZES}, {NBIG}, MI {NMI} (load {LOAD:.1f})")
+# First the runs the goals are computed from: gaps 0-256 with breakpoints, one by one (and
+# GDB's memory at NBIG of them), and the gdb sessions at the larger size, gapped and not.
+for fmt in FORMATS:
+    for i, n in enumerate(SIZES):
+        run_case("one", fmt, "gap 0-256", "random", "bp", n, 1, SIZES[i - 1] if i else None)
+    run_case("one", fmt, "gap 0-256", "random", "bp", NBIG, 1, SIZES[-1])
+for fmt in FORMATS:
+    for layout, gap in LAYOUTS:
+        run_case("one", fmt, layout, gap, "gdb", SIZES[0], 1)
+        run_case("one", fmt, layout, gap, "gdb", SIZES[1], 1, SIZES[0])
+for fmt in FORMATS:
+    for layout, gap in LAYOUTS:
+        for mode in MODES:
+            run_case("batched", fmt, layout, gap, mode, NB, 1000)
+for fmt in FORMATS:
+    for layout, gap in LAYOUTS:
+        for mode in MODES:
+            for i, n in enumerate(SIZES):
+                run_case("one", fmt, layout, gap, mode, n, 1, SIZES[i - 1] if i else None)
+
+
+def mi_session(fmt, launcher):
+    """An MI front end's session: `gdb -i=mi` (or the launcher) running `scale_host run NMI 1
+    FMT` (real code, random gaps) with a breakpoint on the native function that the JIT
+    functions call once all are registered, then `-stack-list-frames`."""
+    with tempfile.NamedTemporaryFile("w", suffix=".mi", delete=False) as f:
+        lines = ["-gdb-set confirm off"]
+        if fmt == "compact" and not launcher:
+            lines.append(f"-interpreter-exec console \"jit-reader-load {READER}\"")
+        lines += [f"-file-exec-and-symbols {HOST}", f"-exec-arguments run {NMI} 1 {fmt}",
+                  "-break-insert scale_host_jit_stop", "-exec-run", "-stack-list-frames",
+                  "-gdb-exit"]
+        f.write("\n".join(lines) + "\n")
+        path = f.name
+    try:
+        cmd = [LAUNCHER if launcher else "gdb", "-i=mi", "-nx", "-q"]
+        with open(path) as stdin:
+            got = measure(cmd, "random", stdin=stdin)
+        if got is None:
+            raise SystemExit(f"the MI session ran longer than 1800 s: {' '.join(cmd)}")
+        wall, rss, text = got
+    finally:
+        os.unlink(path)
+    stack = next((l for l in text.splitlines() if l.startswith("^done,stack=")), "")
+    # The three JIT functions called, innermost first, right above the native stop.
+    names = re.findall(r'func="([^"]*)"', stack)
+    want = ["scale_host_jit_stop", last_name(1), f"jit_fn_{NMI // 2:013}", last_name(NMI)]
+    if names[:4] != want:
+        raise SystemExit(f"MI frames {names[:6]} are not {want}: {' '.join(cmd)}\n{text[-3000:]}")
+    reg_s, stops = reg_stats(text)
+    log(f"  MI {fmt} launcher={launcher} {NMI}: {wall:.2f} s wall, {reg_s:.2f} s registering, "
+        f"{rss:.0f} MB, {len(names)} frames")
+    return wall, rss, reg_s, stops, len(names)
+
+
+mi = {(fmt, launcher): mi_session(fmt, launcher) for fmt in FORMATS for launcher in (False, True)}
+ELAPSED = time.monotonic() - T0
+
+# ---- the report ----
+out = []
+w = out.append
+w("## 9. Real sessions: gaps between functions, user breakpoints, the launcher, MI\n")
+w(f"`scripts/bench-sessions.py` (`BENCH_ONLY=sessions scripts/bench.sh` prints this section "
+  f"alone{', here with BENCH_QUICK=1: smaller sizes' if QUICK else ''}). Load average when it "
+  f"started: {LOAD:.1f}; it took {ELAPSED / 60:.1f} minutes. The scale host's 64-byte functions "
+  "in three layouts: contiguous, a 64-byte gap after each (`SCALE_HOST_GAP=64`), a "
+  "pseudo-random gap of 0-256 bytes (`SCALE_HOST_GAP=random`), as real runtimes leave "
+  "(alignment, stubs, constant pools). Each run in three sessions: **gdb**, GDB alone "
+  "(`gdb -batch -nx -ex run`, our reader loaded for compact payloads); **bp**, the same with "
+  "three user breakpoints: on a native function (`scale_host_code_ready`, hit once before "
+  "anything is registered), pending on a JIT name through the GDB scripts' `jit break` (the "
+  "last function's name: pending until the last registration, so the scripts decode every "
+  "entry registered before it), and on a JIT address (`break *ADDR` inside the middle "
+  "function, set at the stop in `scale_host_code_ready`); **launcher**, `jit-gdb -batch -nx "
+  "-ex run -- PROGRAM ARGS` (reader, GDB scripts and a source session directory loaded, for "
+  "ELF payloads too). Every `bp` session is checked: all three breakpoints set, the pending "
+  "one resolved at the last registration. Cells: registration time measured inside the host "
+  "(s; for one-by-one runs, ms per registration in parentheses) / GDB's max RSS (MB); "
+  "wall time of the whole GDB run in the last columns.\n")
+
+
+def cell(key, per_reg=False):
+    r = results.get(key)
+    if r is None:
+        if key in skipped:
+            return skipped[key][0]
+        return "-"
+    wall, rss, reg_s, _stops = r
+    n = key[4]
+    per = f" ({reg_s * 1e3 / n:.3f})" if per_reg else ""
+    return f"{reg_s:.2f}{per} / {rss:.0f}"
+
+
+def wall_cells(key_of):
+    return " / ".join(f"{results[key_of(m)][0]:.1f}" if key_of(m) in results else "-"
+                      for m in MODES)
+
+
+w(f"Batched: {NB:,} functions, 1,000 per object.\n")
+w("| payload | layout | gdb | bp | launcher | stops | wall s (gdb / bp / launcher) |")
+w("|---|---|---|---|---|---|---|")
+for fmt in FORMATS:
+    for layout, _ in LAYOUTS:
+        keys = [("batched", fmt, layout, m, NB) for m in MODES]
+        w(f"| {fmt} | {layout} | " + " | ".join(cell(k) for k in keys)
+          + f" | {next((results[k][3] for k in keys if k in results), '-')} | "
+          + f"{wall_cells(lambda m: ('batched', fmt, layout, m, NB))} |")
+w("")
+w("One by one: every function registered by its own call. A session is stopped after "
+  f"{RUN_BUDGET_S} s ({GOAL_BUDGET_S} s for gaps 0-256 with breakpoints, the goals' runs), and "
+  "skipped when the run of the size before it, grown as the square of the size, predicts "
+  f"more; the section has {SECTION_BUDGET_S} s in all (the goals' runs go first).\n")
+w("| payload | layout | functions | gdb | bp | launcher | stops | wall s (gdb / bp / launcher) |")
+w("|---|---|---|---|---|---|---|---|")
+for fmt in FORMATS:
+    for layout, _ in LAYOUTS:
+        for n in sorted(set(SIZES + (NBIG,))):
+            keys = [("one", fmt, layout, m, n) for m in MODES]
+            if not any(k in results or k in skipped for k in keys):
+                continue
+            stops = next((results[k][3] for k in keys if k in results), "-")
+            w(f"| {fmt} | {layout} | {n:,} | " + " | ".join(cell(k, True) for k in keys)
+              + f" | {stops} | {wall_cells(lambda m: ('one', fmt, layout, m, n))} |")
+w("")
+w(f"MI front end: `gdb -i=mi -nx -q` reading an IDE's commands (`-file-exec-and-symbols`, "
+  f"`-break-insert scale_host_jit_stop`, `-exec-run`, `-stack-list-frames`), the host "
+  f"(`scale_host run {NMI} 1 F`, gaps of 0-256 bytes) registering {NMI:,} functions of real "
+  "code one by one with the breakpoint set, then calling three of them (the last, the "
+  "middle, the first), the innermost calling the native function: `-stack-list-frames` is "
+  "checked to show the native stop and the three JIT functions in order "
+  "(`tests/mi_session.rs` checks their lines and files too, and that the stack reaches "
+  "`main`). Launcher: `jit-gdb -i=mi -nx -q`.\n")
+w("| payload | session | registration s (ms per registration) | GDB MB | wall s | stops | frames |")
+w("|---|---|---|---|---|---|---|")
+for (fmt, launcher), (wall, rss, reg_s, stops, frames) in mi.items():
+    w(f"| {fmt} | {'launcher' if launcher else 'gdb'} | {reg_s:.2f} ({reg_s * 1e3 / NMI:.3f}) | "
+      f"{rss:.0f} | {wall:.1f} | {stops} | {frames} |")
+w("")
+
+# ---- goals (issue 25, item 4): benchmark targets, computed from the runs above ----
+goals = []
+
+
+def goal(what, value, shown, target, ok):
+    status = "-" if value is None else "met" if ok else "not met"
+    goals.append(f"| {what} | {shown} | {target} | {status} |")
+
+
+def reg_s(key):
+    return results[key][2] if key in results else None
+
+
+def not_run(*keys):
+    """Why a goal has no value: the first of its runs that did not finish."""
+    why = next((skipped[k][0] for k in keys if k in skipped), "not measured")
+    return f"not measured ({why})"
+
+
+
+for kind, n in (("batched", NB), ("one", SIZES[-1])):
+    for fmt in FORMATS:
+        base = reg_s((kind, fmt, "contiguous", "gdb", n))
+        for layout in ("gap 64", "gap 0-256"):
+            what = (f"{layout} vs contiguous, {'batched' if kind == 'batched' else 'one by one'}, "
+                    f"{fmt}, {n:,} functions (registration time, gdb)")
+            got = reg_s((kind, fmt, layout, "gdb", n))
+            if base and got:
+                goal(what, got / base, f"{got / base:.2f}x", "<= 1.2x", got / base <= 1.2)
+            else:
+                goal(what, None, not_run((kind, fmt, "contiguous", "gdb", n),
+                                         (kind, fmt, layout, "gdb", n)), "<= 1.2x", False)
+a, b = SIZES
+for fmt in FORMATS:
+    ra, rb = (reg_s(("one", fmt, "gap 0-256", "bp", x)) for x in (a, b))
+    what = (f"one-by-one growth {a:,} to {b:,} functions, gaps 0-256 and breakpoints, {fmt} "
+            "(registration time)")
+    if ra and rb:
+        goal(what, rb / ra, f"{rb / ra:.2f}", "<= 3.3", rb / ra <= 3.3)
+    else:
+        goal(what, None, not_run(*(("one", fmt, "gap 0-256", "bp", x) for x in (a, b))),
+             "<= 3.3", False)
+for fmt in FORMATS:
+    rb = reg_s(("one", fmt, "gap 0-256", "bp", b))
+    what = f"time per registration at {b:,}, gaps 0-256 and breakpoints, {fmt}"
+    if rb:
+        goal(what, rb * 1e3 / b, f"{rb * 1e3 / b:.3f} ms", "<= 0.6 ms", rb * 1e3 / b <= 0.6)
+    else:
+        goal(what, None, not_run(("one", fmt, "gap 0-256", "bp", b)), "<= 0.6 ms", False)
+for fmt in FORMATS:
+    key = ("one", fmt, "gap 0-256", "bp", NBIG)
+    what = f"GDB RSS at {NBIG:,} one-by-one registrations, gaps 0-256 and breakpoints, {fmt}"
+    if key in results:
+        mb = results[key][1]
+        goal(what, mb, f"{mb:.0f} MB", "<= 150 MB", mb <= 150)
+    else:
+        goal(what, None, not_run(key), "<= 150 MB", False)
+w("Goals (issue 25): benchmark targets, not timed tests, computed from the runs above" + (
+  f" (quick run: growth {a:,} to {b:,} instead of 10,000 to 30,000, per registration at "
+  f"{b:,}, memory at {NBIG:,})" if QUICK else "") + ".\n")
+w("| goal | value | target | |")
+w("|---|---|---|---|")
+out.extend(goals)
+w("")
+print("\n".join(out))
