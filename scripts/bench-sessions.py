@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Section 8 of docs/PERFORMANCE.md: scale under real sessions (issue 25).
+"""Section 9 of docs/PERFORMANCE.md: scale under real sessions (issue 25).
 
 Run by scripts/bench.sh (which builds the programs and passes their paths), or alone with
 `BENCH_ONLY=sessions scripts/bench.sh`. Prints the section's markdown on stdout, progress

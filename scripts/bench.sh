@@ -25,13 +25,13 @@ trap 'rm -rf "$WORK"' EXIT
 echo "building (release): scale and deep hosts, reader; floor from $FLOOR_SRC" >&2
 cargo build --quiet --release -p jit-interface --example scale_host --example deep_host
 cargo build --quiet --release -p jit-reader
-# Section 8 runs sessions through the launcher too.
+# Section 9 runs sessions through the launcher too.
 cargo build --quiet --release -p jit-gdb --bin jit-gdb
 # The floor's host has no debug info; GDB would spend ~0.1-0.3 s and ~15 MB reading
 # scale_host's own DWARF, which is not JIT cost: compare like with like (symbols stay).
 cp target/release/examples/scale_host "$WORK/scale_host"
 strip --strip-debug "$WORK/scale_host"
-# Section 8 (scripts/bench-sessions.py): what it needs, for a run of it alone or from below.
+# Section 9 (scripts/bench-sessions.py): what it needs, for a run of it alone or from below.
 export SESSIONS_HOST=$WORK/scale_host SESSIONS_READER=$ROOT/target/release/libjitreader.so \
     SESSIONS_LAUNCHER=$ROOT/target/release/jit-gdb SESSIONS_SCRIPTS=$ROOT/gdb-scripts/jit.py
 if [ "${BENCH_ONLY:-}" = sessions ]; then
