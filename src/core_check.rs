@@ -23,20 +23,11 @@
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use jit_interface::inspect::{ListEntry, ListProblem, ListReport};
 
-/// A PT_LOAD segment of the core: `memsz` bytes of memory at `vaddr`, the first `filesz`
-/// of them stored at file offset `offset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Segment {
-    pub vaddr: u64,
-    pub memsz: u64,
-    pub offset: u64,
-    pub filesz: u64,
-}
+pub(crate) use crate::inspect::Segment;
 
 /// Where the list must be cut, and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,66 +72,6 @@ impl Damage {
         };
         format!("{at}; {left}")
     }
-}
-
-/// Reads the PT_LOAD segments of a little-endian ELF64 core (without reading its memory).
-pub fn segments(core: &Path) -> Result<Vec<Segment>, String> {
-    let f = File::open(core).map_err(|e| format!("cannot read {}: {e}", core.display()))?;
-    let short = |what: &str| format!("{}: {what} cut off (not a core file?)", core.display());
-    let mut h = [0u8; 64];
-    f.read_exact_at(&mut h, 0)
-        .map_err(|_| short("ELF header"))?;
-    if h[..4] != *b"\x7fELF" || h[4] != 2 || h[5] != 1 {
-        return Err(format!(
-            "{}: not a little-endian ELF64 file",
-            core.display()
-        ));
-    }
-    let u16_at = |b: &[u8], at: usize| u16::from_le_bytes([b[at], b[at + 1]]);
-    let u32_at = |b: &[u8], at: usize| u32::from_le_bytes(b[at..at + 4].try_into().unwrap());
-    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    if u16_at(&h, 16) != 4 {
-        return Err(format!(
-            "{}: not a core file (ELF type {})",
-            core.display(),
-            u16_at(&h, 16)
-        ));
-    }
-    let phoff = u64_at(&h, 32);
-    let phentsize = u16_at(&h, 54) as u64;
-    let mut phnum = u16_at(&h, 56) as u64;
-    if phentsize < 56 {
-        return Err(format!(
-            "{}: program header size {phentsize}, an ELF64 one has 56",
-            core.display()
-        ));
-    }
-    if phnum == 0xffff {
-        // PN_XNUM: the count is in section header 0's sh_info (cores of many mappings).
-        let mut s = [0u8; 64];
-        f.read_exact_at(&mut s, u64_at(&h, 40))
-            .map_err(|_| short("section header 0"))?;
-        phnum = u32_at(&s, 44) as u64;
-    }
-    let len = phnum
-        .checked_mul(phentsize)
-        .filter(|&n| n <= 64 << 20)
-        .ok_or_else(|| format!("{}: {phnum} program headers", core.display()))?;
-    let mut ph = vec![0u8; len as usize];
-    f.read_exact_at(&mut ph, phoff)
-        .map_err(|_| short("program headers"))?;
-    let mut out: Vec<Segment> = ph
-        .chunks_exact(phentsize as usize)
-        .filter(|p| u32_at(p, 0) == 1)
-        .map(|p| Segment {
-            offset: u64_at(p, 8),
-            vaddr: u64_at(p, 16),
-            filesz: u64_at(p, 32),
-            memsz: u64_at(p, 40),
-        })
-        .collect();
-    out.sort_by_key(|s| s.vaddr);
-    Ok(out)
 }
 
 /// Does `[addr, addr + len)` lie in the core's memory (adjacent segments joined; stored in
@@ -349,8 +280,8 @@ pub fn write_repaired(
 
 /// The check of `core` whose descriptor `exe` defines: `Ok(None)` for a list GDB can read.
 pub fn check(core: &Path, exe: &Path) -> Result<Option<(Damage, Vec<Segment>)>, String> {
-    let segs = segments(core)?;
-    let report = crate::inspect::walk_core(core, exe)?;
+    // The inspector's own reading of the core: its segments are where the repair writes.
+    let (report, segs) = crate::inspect::walk_core(core, exe)?;
     Ok(diagnose(&report, &segs).map(|d| (d, segs)))
 }
 

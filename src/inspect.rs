@@ -247,12 +247,12 @@ impl Drop for FileBytes {
 
 /// A PT_LOAD segment: `memsz` bytes of memory at `vaddr`, the first `filesz` of them in the
 /// file at `offset`.
-#[derive(Debug, Clone, Copy)]
-struct Segment {
-    vaddr: u64,
-    memsz: u64,
-    offset: u64,
-    filesz: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
+    pub(crate) vaddr: u64,
+    pub(crate) memsz: u64,
+    pub(crate) offset: u64,
+    pub(crate) filesz: u64,
 }
 
 /// An NT_FILE entry: the mapping at `start` maps `path` from byte `file_offset`.
@@ -896,6 +896,9 @@ pub(crate) struct Report {
     pub(crate) list: ListReport,
     /// Problems outside any one payload (core headers, the list itself).
     pub(crate) problems: Vec<String>,
+    /// The core's PT_LOAD segments, sorted by address (the launcher's check repairs the
+    /// list through them).
+    pub(crate) segments: Vec<Segment>,
 }
 
 impl Report {
@@ -974,13 +977,17 @@ fn inspect(core_path: &Path, exe: &Path) -> Result<Report, String> {
         notes: located.notes,
         list,
         problems,
+        segments: core.segments.clone(),
     })
 }
 
-/// The list walk of `core_path` alone, for the launcher's check before GDB reads the core
-/// (`crate::core_check`).
-pub(crate) fn walk_core(core_path: &Path, exe: &Path) -> Result<ListReport, String> {
-    inspect(core_path, exe).map(|r| r.list)
+/// The list walk of `core_path` alone and the core's segments, for the launcher's check
+/// before GDB reads the core (`crate::core_check`).
+pub(crate) fn walk_core(
+    core_path: &Path,
+    exe: &Path,
+) -> Result<(ListReport, Vec<Segment>), String> {
+    inspect(core_path, exe).map(|r| (r.list, r.segments))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1369,6 +1376,7 @@ mod tests {
             bias: 0,
             bias_how: String::new(),
             notes: Vec::new(),
+            segments: Vec::new(),
             list: ListReport {
                 descriptor: jit_interface::inspect::Descriptor {
                     addr: 0,
