@@ -106,7 +106,10 @@ fn encode_with(
         });
     }
     let layout = layout::Layout::new(objects, &mut scratch.layout, spans)?;
-    layout.spanning_runs(spanning);
+    // Only gaps `Free` allows can be spanned: no pass over the functions otherwise.
+    if matches!(spans, Spans::Free(_)) {
+        layout.spanning_runs(spanning);
+    }
     let sources = layout::sources_of(objects);
     let out = encode_layout(arch, &layout, &sources, scratch, buf);
     layout.into_parts(&mut scratch.layout);
