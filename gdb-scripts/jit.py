@@ -907,7 +907,11 @@ def _install_hook():
     global _hook
     if _hook is None or not _hook.is_valid():
         _hook = _RegisterHook()
-        gdb.events.new_objfile.connect(_on_new_objfile)
+
+
+# Connected once (it does nothing while no request is pending): connecting it again with
+# each new hook ran it once more per new objfile after every restart.
+gdb.events.new_objfile.connect(_on_new_objfile)
 
 
 def _parse_addr(text):
