@@ -669,8 +669,12 @@ reported as warnings after the table."""
 
 # Pending `jit break` requests: [(pattern text, compiled regex)].
 _pending = []
-# Addresses that already carry a breakpoint made by `jit break`.
+# Addresses that already carry a breakpoint made by `jit break`: address -> (breakpoint,
+# the request's pattern).
 _placed = {}
+# What the user set on the breakpoints of a request before its process went (condition,
+# commands, enabled), given to the breakpoints it gets in the next process.
+_kept = {}
 
 
 def _matches(pattern, rx, funcs):
@@ -680,7 +684,7 @@ def _matches(pattern, rx, funcs):
     return [f for f in funcs if rx.fullmatch(f.name)]
 
 
-def _place(funcs, why):
+def _place(funcs, why, pattern):
     n = 0
     for f in funcs:
         # A breakpoint where no registered code is would stop nothing and, at 0 or in
@@ -692,12 +696,24 @@ def _place(funcs, why):
                 % (f.name, f.entry, f.start, f.size)
             )
             continue
-        bp = _placed.get(f.start)
+        bp = _placed.get(f.start, (None, None))[0]
         if bp is not None and bp.is_valid():
             gdb.write("jit: %s at 0x%x already has breakpoint %d\n" % (f.name, f.start, bp.number))
             continue
         bp = gdb.Breakpoint("*0x%x" % f.start, internal=False)
-        _placed[f.start] = bp
+        kept = _kept.get(pattern)
+        if kept is not None:
+            condition, commands, enabled = kept
+            try:
+                if condition is not None:
+                    bp.condition = condition
+                if commands:
+                    bp.commands = commands
+                bp.enabled = enabled
+            except (gdb.error, RuntimeError) as e:
+                gdb.write("jit: breakpoint %d did not get the condition or commands of its "
+                          "request's earlier breakpoint: %s\n" % (bp.number, e))
+        _placed[f.start] = (bp, pattern)
         n += 1
         gdb.write("jit: breakpoint %d on %s at 0x%x%s\n" % (bp.number, f.name, f.start, why))
     return n
@@ -734,7 +750,7 @@ breakpoint. `jit break` without argument lists the pending requests."""
             gdb.write("%s; looking again at every JIT registration.\n" % e)
         found = _matches(pattern, rx, funcs)
         if found:
-            _place(found, "")
+            _place(found, "", pattern)
             return
         _pending.append((pattern, rx))
         _install_hook()
@@ -751,25 +767,10 @@ def _resolve_pending(funcs):
     for pattern, rx in _pending:
         found = _matches(pattern, rx, funcs)
         if found:
-            _place(found, " (pending %r resolved)" % pattern)
+            _place(found, " (pending %r resolved)" % pattern, pattern)
         else:
             still.append((pattern, rx))
     _pending[:] = still
-
-
-def _in_live_registration():
-    """Is the live process stopped at __jit_debug_register_code (a registration, which
-    `_RegisterHook.stop` resolves against its own entry)?"""
-    if _hook is None or not _hook.is_valid() or not gdb.selected_inferior().pid:
-        return False
-    try:
-        pc = gdb.newest_frame().pc()
-        locations = getattr(_hook, "locations", None)
-        if locations is not None:
-            return any(loc.address == pc for loc in locations)
-        return pc == int(gdb.parse_and_eval("&__jit_debug_register_code"))
-    except (gdb.error, RuntimeError):
-        return False
 
 
 def _on_new_objfile(event):
@@ -777,8 +778,9 @@ def _on_new_objfile(event):
     __jit_debug_register_code, making an objfile per ELF entry (and none for entries its
     reader took), so pending requests are checked against the whole list here too. Not at
     a live registration: the hook's stop checks the entry registered, and scanning the whole
-    list at every ELF entry made each registration cost 30 ms at 1,000 functions."""
-    if not _pending or _in_live_registration():
+    list at every ELF entry made each registration cost 30 ms at 1,000 functions. (The hook's
+    stop runs first: GDB asks breakpoint conditions before it reads the new entry.)"""
+    if not _pending or _hook_stop[0]:
         return
     try:
         funcs = scan().funcs
@@ -796,13 +798,19 @@ class _RegisterHook(gdb.Breakpoint):
     break` requests it satisfies, and returns False: the inferior goes on without a visible
     stop. Breakpoints created here are inserted when GDB resumes, before the new code can
     run. (GDB makes no new_objfile event for objfiles built by a JIT reader, so that event
-    alone would miss compact payloads.)"""
+    alone would miss compact payloads.)
 
-    def __init__(self):
-        super().__init__("__jit_debug_register_code", internal=True)
+    `spec` is the function's name, or `*ADDR` in a live process (see `_hook_by_address`)."""
+
+    def __init__(self, spec):
+        super().__init__(spec, internal=True)
         self.silent = True
+        self.by_address = spec.startswith("*")
 
     def stop(self):
+        # This stop is a live registration: the new_objfile event GDB raises for an ELF
+        # entry while it handles it needs no scan of its own.
+        _hook_stop[0] = True
         if not _pending:
             return False
         try:
@@ -813,10 +821,124 @@ class _RegisterHook(gdb.Breakpoint):
                 _resolve_pending(funcs)
         except JitError as e:
             gdb.write("warning: %s (while resolving pending jit breakpoints)\n" % e)
+        except Exception as e:  # an exception here would stop the program at the hook
+            gdb.write("warning: resolving pending jit breakpoints failed: %r\n" % e)
         return False
 
 
-_hook = None
+# The hook: one breakpoint by name, or one per address where the name resolved in a live
+# process (`_hook_by_address`).
+_hooks = []
+# Set by the hook's stop, cleared when the inferior resumes or goes.
+_hook_stop = [False]
+
+
+def _live_process():
+    """Is the selected inferior a running process (not a core file, not nothing)?"""
+    inf = gdb.selected_inferior()
+    if inf is None or inf.pid == 0:
+        return False
+    conn = getattr(inf, "connection", None)
+    return conn is None or getattr(conn, "type", None) != "core"
+
+
+def _live_hooks():
+    _hooks[:] = [h for h in _hooks if h.is_valid()]
+    return _hooks
+
+
+def _install_hook():
+    if not _live_hooks():
+        # By name: pending until a runtime defining it is loaded.
+        _hooks.append(_RegisterHook("__jit_debug_register_code"))
+    _hook_by_address()
+
+
+def _hook_by_address():
+    """Turns a hook by name into one breakpoint per address it resolved to, in a live
+    process. GDB sets every breakpoint again at each new objfile, that is at every ELF
+    registration: a name is looked up in every objfile's symbols each time (about 1 ms per
+    registration with this project's Rust test host), an address costs nothing to set
+    again. An address only holds for the process it was read in: `_reset_hook` goes back to
+    the name when the process goes. (Every location is kept: a runtime library may have its
+    own copy of the function beside the program's.)"""
+    hooks = _live_hooks()
+    if len(hooks) != 1 or hooks[0].by_address or not _live_process():
+        return
+    named = hooks[0]
+    addrs = sorted({loc.address for loc in getattr(named, "locations", None) or []
+                    if loc.enabled and loc.address})
+    if not addrs:
+        return
+    _hooks[:] = [_RegisterHook("*0x%x" % a) for a in addrs]
+    named.delete()
+
+
+def _drop_hooks():
+    for h in _live_hooks():
+        h.delete()
+    _hooks[:] = []
+
+
+def _on_stop_hook(_event):
+    """At a stop the user sees (no breakpoint may be deleted in a breakpoint's `stop`): a
+    hook no request needs goes, a hook by name becomes one by address."""
+    try:
+        if not _pending:
+            _drop_hooks()
+        else:
+            _hook_by_address()
+    except (gdb.error, RuntimeError) as e:
+        gdb.write("jit: the registration hook was not updated: %s\n" % e)
+
+
+def _repend_placed():
+    """The breakpoints `jit break` put on a process's code go with it: the next run
+    generates its code later, maybe elsewhere, and GDB could not insert them at `run`
+    (`Cannot insert breakpoint`, the command aborted). Their requests are pending again,
+    with the condition, commands and enabled state the user gave them."""
+    if not _placed:
+        return
+    requests = []
+    for bp, pattern in list(_placed.values()):
+        if not bp.is_valid():
+            continue
+        if pattern not in requests:
+            requests.append(pattern)
+            _kept[pattern] = (bp.condition, bp.commands, bp.enabled)
+        gdb.write("jit: breakpoint %d (%s) is removed with the process's code\n"
+                  % (bp.number, bp.location))
+        bp.delete()
+    _placed.clear()
+    for pattern in requests:
+        if all(p != pattern for p, _ in _pending):
+            _pending.append((pattern, _compile(pattern)))
+            gdb.write("jit: %r is pending again until a JIT function matches it\n" % pattern)
+
+
+def _reset_hook(_event):
+    """The process went (exit, kill, detach) or its files were replaced (exec, `file`): an
+    address read in it means nothing now, so pending requests get a hook by name again
+    (made by name: while GDB reports an exit the process still has its pid)."""
+    _hook_stop[0] = False
+    try:
+        _repend_placed()
+        if any(h.by_address for h in _live_hooks()):
+            _drop_hooks()
+        if _pending and not _live_hooks():
+            _hooks.append(_RegisterHook("__jit_debug_register_code"))
+    except (gdb.error, RuntimeError) as e:
+        gdb.write("jit: the registration hook was not reset: %s\n" % e)
+
+
+def _on_resume(_event):
+    _hook_stop[0] = False
+
+
+gdb.events.stop.connect(_on_stop_hook)
+gdb.events.cont.connect(_on_resume)
+gdb.events.exited.connect(_reset_hook)
+gdb.events.clear_objfiles.connect(_reset_hook)
 
 
 # ---------------------------------------------------------------------------------------
@@ -901,12 +1023,6 @@ gdb.events.exited.connect(lambda _event: _pending_counter.clear())
 gdb.events.new_objfile.connect(
     lambda event: None if _is_jit_objfile(event.new_objfile) else _pending_counter.clear()
 )
-
-
-def _install_hook():
-    global _hook
-    if _hook is None or not _hook.is_valid():
-        _hook = _RegisterHook()
 
 
 # Connected once (it does nothing while no request is pending): connecting it again with

@@ -18,6 +18,7 @@ Every GDB-attached run of `scale_host` is made in three sessions:
 and in three layouts of the 64-byte functions: contiguous, a 64-byte gap after each
 (`SCALE_HOST_GAP=64`), a pseudo-random gap of 0-256 bytes (`SCALE_HOST_GAP=random`).
 """
+import math
 import os
 import re
 import signal
@@ -38,15 +39,15 @@ NBIG = 10000 if QUICK else 100000  # one-by-one, for GDB's memory (gaps and brea
 NMI = 2000 if QUICK else 10000  # the MI session
 # Sessions are slow on code where GDB's cost per registration grows with what is loaded: a
 # run is stopped after RUN_BUDGET_S (reported as such), and skipped when the run of the size
-# before it (same payload, layout and session), grown as the square of the size, predicts
-# more. The runs the goals are computed from (gaps 0-256 with breakpoints) get GOAL_BUDGET_S.
+# before it (same payload, layout and session), grown as the runs before it grew (else as
+# the square of the size), predicts more. The runs the goals are computed from (gaps 0-256 with breakpoints) get GOAL_BUDGET_S.
 # The section stays bounded, and fills in as sessions get faster.
 RUN_BUDGET_S = 60 if QUICK else 90
 GOAL_BUDGET_S = 180 if QUICK else 240
 # The whole section's budget: the goals' runs go first, then batched, then the other
 # one-by-one runs, each stopped when the section's budget (less what the MI sessions are
 # given) is spent; runs left are reported as not run.
-SECTION_BUDGET_S = 480 if QUICK else 660
+SECTION_BUDGET_S = 480 if QUICK else 1200
 MI_RESERVE_S = 60 if QUICK else 150
 
 LAYOUTS = (("contiguous", None), ("gap 64", "64"), ("gap 0-256", "random"))
@@ -70,9 +71,14 @@ def session(mode, fmt, args, n):
             bp_before += ["-ex", f"source {SCRIPTS}"]
         bp_before += ["-ex", "break scale_host_code_ready", "-ex", f"jit break {last_name(n)}"]
         # At the stop in scale_host_code_ready (Rust, or no debug info: C's cast syntax
-        # needs C), on an address inside the middle function, before it is registered.
+        # needs C), on an address inside the middle function, before it is registered:
+        # `break *0x...`, the number as a user copies it from a backtrace. (Given as an
+        # expression, `break *(*(unsigned long *) &SCALE_HOST_PROBE)`, GDB would evaluate it
+        # again at every new objfile, looking the symbol up in all of them: see the note
+        # after the tables.)
+        probe = "*(unsigned long *) &SCALE_HOST_PROBE"
         bp_after = ["-ex", "set language c",
-                    "-ex", "break *(*(unsigned long *) &SCALE_HOST_PROBE)",
+                    "-ex", f"python gdb.execute('break *0x%x' % int(gdb.parse_and_eval('{probe}')))",
                     "-ex", "set language auto", "-ex", "continue"]
     if mode.startswith("launcher"):
         return [LAUNCHER, "-batch", "-nx"] + bp_before + ["-ex", "run"] + bp_after + ["--", HOST] + args
@@ -139,8 +145,8 @@ skipped = {}  # (kind, fmt, layout, mode, n) -> why, for the tables
 
 def run_case(kind, fmt, layout, gap, mode, n, k, smaller=None):
     """One session, stopped after its budget; with `smaller` (a size run before in the same
-    setup), skipped if that run's wall time (or budget, if it was stopped) grown as the
-    square of the size exceeds the budget."""
+    setup), skipped if that run's wall time (or budget, if it was stopped), grown with the
+    size as the runs before it grew (else as its square), exceeds the budget."""
     key = (kind, fmt, layout, mode, n)
     if key in results or key in skipped:
         return
@@ -154,7 +160,14 @@ def run_case(kind, fmt, layout, gap, mode, n, k, smaller=None):
     if smaller is not None:
         prev = results.get((kind, fmt, layout, mode, smaller))
         prev_wall = prev[0] if prev else skipped[(kind, fmt, layout, mode, smaller)][1]
-        predicted = prev_wall * (n / smaller) ** 2
+        # Grown as the runs before grew (the exponent of the two sizes before, between 1
+        # and 2), else as the square.
+        power = 2.0
+        sizes = [x for x in SIZES if x < smaller]
+        first = results.get((kind, fmt, layout, mode, sizes[-1])) if sizes else None
+        if prev and first:
+            power = min(2.0, max(1.0, math.log(prev[0] / first[0]) / math.log(smaller / sizes[-1])))
+        predicted = prev_wall * (n / smaller) ** power
         if predicted > budget:
             skipped[key] = (f"skipped: predicted {predicted:.0f} s", predicted)
             log(f"  {kind} {fmt} {layout} {mode} {n}: skipped, predicted {predicted:.0f} s")
@@ -232,6 +245,46 @@ def mi_session(fmt, launcher):
 
 
 mi = {(fmt, launcher): mi_session(fmt, launcher) for fmt in FORMATS for launcher in (False, True)}
+
+
+# What each kind of breakpoint costs an ELF registration: GDB sets every breakpoint again at
+# each new objfile (a JIT reader's objfiles do not make it do so), so these sessions differ
+# by one breakpoint each. `tbreak` stops once at scale_host_code_ready (before anything is
+# registered) and goes; `break` stays.
+NBD = 1500 if QUICK else 3000
+STOP = ["-ex", "tbreak scale_host_code_ready"]
+ADDR = ("python gdb.execute('break *0x%x' % int(gdb.parse_and_eval("
+        "'*(unsigned long *) &SCALE_HOST_PROBE')))")
+BREAKDOWN = (
+    ("none", [], []),
+    ("`break scale_host_code_ready` (a native function by name)",
+     ["-ex", "break scale_host_code_ready"], ["-ex", "continue"]),
+    ("`jit break` pending, no stop before the registrations (hook by name)",
+     ["-ex", f"source {SCRIPTS}", "-ex", f"jit break {last_name(NBD)}"], []),
+    ("`jit break` pending, one stop before them (hook by address from there)",
+     ["-ex", f"source {SCRIPTS}", "-ex", f"jit break {last_name(NBD)}"] + STOP,
+     ["-ex", "continue"]),
+    ("`break *0x...` (a JIT address)", STOP,
+     ["-ex", "set language c", "-ex", ADDR, "-ex", "set language auto", "-ex", "continue"]),
+    ("`break *(*(unsigned long *) &SCALE_HOST_PROBE)` (an address given as an expression)",
+     STOP, ["-ex", "set language c", "-ex", "break *(*(unsigned long *) &SCALE_HOST_PROBE)",
+            "-ex", "set language auto", "-ex", "continue"]),
+)
+breakdown = []
+for what, before, after in BREAKDOWN:
+    cmd = (["gdb", "-batch", "-nx"] + before + ["-ex", "run"] + after
+           + ["--args", HOST, "reg", str(NBD), "1", "elf"])
+    got = measure(cmd, "random", timeout=RUN_BUDGET_S)
+    if got is None:
+        breakdown.append((what, None))
+        log(f"  breakdown {what}: stopped after {RUN_BUDGET_S} s")
+        continue
+    wall, rss, text = got
+    if "jit break" in what and not re.search(rf"on {last_name(NBD)} at 0x[0-9a-f]+ \(pending", text):
+        raise SystemExit(f"the pending jit break did not resolve: {' '.join(cmd)}\n{text[-3000:]}")
+    reg_s, _stops = reg_stats(text)
+    breakdown.append((what, reg_s))
+    log(f"  breakdown {what}: {reg_s:.2f} s registering")
 ELAPSED = time.monotonic() - T0
 
 # ---- the report ----
@@ -248,7 +301,7 @@ w(f"`scripts/bench-sessions.py` (`BENCH_ONLY=sessions scripts/bench.sh` prints t
   "three user breakpoints: on a native function (`scale_host_code_ready`, hit once before "
   "anything is registered), pending on a JIT name through the GDB scripts' `jit break` (the "
   "last function's name: pending until the last registration, so the scripts decode every "
-  "entry registered before it), and on a JIT address (`break *ADDR` inside the middle "
+  "entry registered before it), and on a JIT address (`break *0x...` inside the middle "
   "function, set at the stop in `scale_host_code_ready`); **launcher**, `jit-gdb -batch -nx "
   "-ex run -- PROGRAM ARGS` (reader, GDB scripts and a source session directory loaded, for "
   "ELF payloads too). Every `bp` session is checked: all three breakpoints set, the pending "
@@ -286,8 +339,8 @@ for fmt in FORMATS:
 w("")
 w("One by one: every function registered by its own call. A session is stopped after "
   f"{RUN_BUDGET_S} s ({GOAL_BUDGET_S} s for gaps 0-256 with breakpoints, the goals' runs), and "
-  "skipped when the run of the size before it, grown as the square of the size, predicts "
-  f"more; the section has {SECTION_BUDGET_S} s in all (the goals' runs go first).\n")
+  "skipped when the run of the size before it, grown with the size as the runs before it "
+  f"grew (else as its square), predicts more; the section has {SECTION_BUDGET_S} s in all (the goals' runs go first).\n")
 w("| payload | layout | functions | gdb | bp | launcher | stops | wall s (gdb / bp / launcher) |")
 w("|---|---|---|---|---|---|---|---|")
 for fmt in FORMATS:
@@ -313,6 +366,27 @@ w("|---|---|---|---|---|---|---|")
 for (fmt, launcher), (wall, rss, reg_s, stops, frames) in mi.items():
     w(f"| {fmt} | {'launcher' if launcher else 'gdb'} | {reg_s:.2f} ({reg_s * 1e3 / NMI:.3f}) | "
       f"{rss:.0f} | {wall:.1f} | {stops} | {frames} |")
+w("")
+
+w(f"What each breakpoint costs an ELF registration: GDB sets every breakpoint again at each "
+  f"new objfile, that is at every ELF registration (objfiles a JIT reader builds do not make "
+  f"it do so). ELF, {NBD:,} functions one by one, gaps of 0-256 bytes, plain `gdb -batch -nx`, "
+  "one breakpoint per session; `tbreak scale_host_code_ready` stops once before anything is "
+  "registered where a session needs a stop. The cost of a breakpoint by name comes from "
+  "looking it up in every objfile, the program's own symbols and debug info included (here "
+  "the C library's separate debug info), so it grows with the program, not with the JIT "
+  "code. A `jit break` "
+  "request puts an internal breakpoint on `__jit_debug_register_code`: by name until the "
+  "process stops once, by address from then on.\n")
+w("| session | registration s | ms per registration | over none |")
+w("|---|---|---|---|")
+base = breakdown[0][1]
+for what, reg_s in breakdown:
+    if reg_s is None:
+        w(f"| {what} | stopped after {RUN_BUDGET_S} s | - | - |")
+        continue
+    over = f"+{(reg_s - base) * 1e3 / NBD:.3f} ms" if base is not None and what != "none" else "-"
+    w(f"| {what} | {reg_s:.2f} | {reg_s * 1e3 / NBD:.3f} | {over} |")
 w("")
 
 # ---- goals (issue 25, item 4): benchmark targets, computed from the runs above ----

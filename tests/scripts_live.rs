@@ -375,3 +375,103 @@ fn newest_registration_owns_overlapping_addresses() {
         ));
     }
 }
+
+/// The registration hook of pending `jit break` requests goes by address in a live process
+/// (GDB sets a breakpoint by name again at every ELF registration, one by address for
+/// free), and back by name when that process goes: with address randomization on, a run
+/// after `kill` loads the runtime elsewhere, and the request still resolves there (a hook
+/// left at the old address would never be hit, or fail to insert).
+fn pending_across_runs(format: &str) {
+    let test = format!("scripts_pending_across_runs_{format}");
+    if !require_tool("gdb", &test) {
+        return;
+    }
+    let h = host(format);
+    let dir = TempDir::new(&test);
+    let layout = h.layout(dir.path());
+    // The scripts' internal breakpoints (the hook is the only one): its location as GDB has it.
+    let hooks = "python [print('HOOK', b.location) for b in gdb.breakpoints() if b.number < 0]";
+    let t = h
+        .gdb(dir.path(), "run")
+        .cmd("set disable-randomization off")
+        .section("pending", ["jit break jit_second", hooks])
+        // Stops before anything is registered.
+        .cmd("break jit_gdb_testhost::main")
+        .cmd("run")
+        .section("hook1", [hooks, "info address __jit_debug_register_code"])
+        .cmd("kill")
+        .section("killed", [hooks])
+        .cmd("run")
+        .section("hook2", [hooks, "info address __jit_debug_register_code"])
+        .section(
+            "resolved",
+            ["continue", "jit symbolize $pc", "jit break", hooks],
+        )
+        .cmd("condition $bpnum 1 == 1")
+        // The breakpoint on this process's jit_second goes with it, its request stays.
+        .section("killed2", ["kill", "jit break", "info breakpoints"])
+        .section(
+            "run3",
+            ["run", "continue", "jit symbolize $pc", "info breakpoints"],
+        )
+        .run();
+    t.assert_contains(
+        Some("pending"),
+        "breakpoint pending until one is registered",
+    );
+    t.assert_contains(Some("pending"), "HOOK __jit_debug_register_code");
+    // At the stops the hook is at the function's address in that process; after `kill`
+    // by name again.
+    let at = |section: &str| -> String {
+        let text = t.section(section);
+        // `Symbol "__jit_debug_register_code" is at 0x... in a file compiled without
+        // debugging.` (or `is a function at address 0x....` with debug info).
+        let addr = text
+            .lines()
+            .filter(|l| l.starts_with("Symbol "))
+            .find_map(|l| l.split_whitespace().find(|w| w.starts_with("0x")))
+            .map(|a| a.trim_end_matches('.'))
+            .unwrap_or_else(|| t.fail(&format!("section {section}: no address printed")));
+        if !text.contains(&format!("HOOK *{addr}")) {
+            t.fail(&format!("section {section}: the hook is not at {addr}"));
+        }
+        addr.to_string()
+    };
+    let (one, two) = (at("hook1"), at("hook2"));
+    if one == two {
+        t.fail("randomization on, yet the runtime was at the same address in both runs");
+    }
+    t.assert_contains(Some("killed"), "HOOK __jit_debug_register_code");
+    t.assert_contains(Some("resolved"), "(pending 'jit_second' resolved)");
+    let want = format!(
+        "jit_second+0x0 {}:{}",
+        layout.get("jit_second").file,
+        layout
+            .get("jit_second")
+            .line_at(layout.get("jit_second").start)
+            .unwrap()
+    );
+    t.assert_contains(Some("resolved"), &want);
+    t.assert_contains(Some("resolved"), "No pending jit breakpoints.");
+    // No request left: the hook went at the stop.
+    t.assert_not_contains(Some("resolved"), "HOOK");
+    t.assert_contains(Some("killed2"), "is removed with the process's code");
+    t.assert_contains(Some("killed2"), "pending: jit_second");
+    t.assert_not_contains(Some("killed2"), "jit_scenario.jit");
+    t.assert_contains(Some("run3"), "(pending 'jit_second' resolved)");
+    t.assert_contains(Some("run3"), &want);
+    t.assert_contains(Some("run3"), "stop only if 1 == 1");
+    t.assert_not_contains(None, "Cannot insert breakpoint");
+    t.assert_not_contains(None, "Python Exception");
+    t.assert_not_contains(None, "registration hook was not");
+}
+
+#[test]
+fn pending_across_runs_compact() {
+    pending_across_runs("compact");
+}
+
+#[test]
+fn pending_across_runs_elf() {
+    pending_across_runs("elf");
+}
