@@ -629,7 +629,8 @@ pub fn find_aarch64_jit_gdb() -> Result<PathBuf, String> {
             path.display()
         ));
     }
-    Ok(path)
+    // qemu runs it from a directory of its own.
+    absolute(&path)
 }
 
 /// A program from PATH that the aarch64 demo needs, or an error saying how to install it.
