@@ -729,7 +729,9 @@ pub fn demo_under_qemu(
         }
         if let Ok(Some(status)) = guest.child.try_wait() {
             return Err(format!(
-                "qemu-aarch64 ended ({status}) before GDB could connect to it"
+                "qemu-aarch64 ended ({status}) before GDB could connect to it; try `qemu-aarch64 -L {} {} --version` to see whether the aarch64 jit-gdb runs",
+                sysroot.display(),
+                bin.display()
             ));
         }
         std::thread::sleep(std::time::Duration::from_millis(25));

@@ -772,3 +772,28 @@ fn aarch64_demo_crash_stops_at_the_fault_in_jit_code() {
         t.text
     );
 }
+
+/// Without the aarch64 build, `demo --arch aarch64` says what is missing and how to build it
+/// (no tools needed).
+#[test]
+fn aarch64_demo_names_a_missing_aarch64_build() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = TempDir::new("a64-demo-missing");
+    let missing = dir.join("no-such-jit-gdb");
+    let o = Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .args(["demo", "--arch", "aarch64"])
+        .env("JIT_GDB_AARCH64_BIN", &missing)
+        .output()
+        .expect("run jit-gdb");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    for want in [
+        format!("JIT_GDB_AARCH64_BIN is set to {}", missing.display()),
+        "cargo build --target aarch64-unknown-linux-gnu --bin jit-gdb".into(),
+        "scripts/install-tools.sh aarch64".into(),
+    ] {
+        assert!(err.contains(&want), "no {want:?} in: {err}");
+    }
+}
