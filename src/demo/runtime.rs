@@ -152,8 +152,9 @@ impl LoadedScript {
         let addr = self.memory.addr() as usize + f.offset;
         type Entry = extern "C" fn(i64, i64, i64, i64, i64, i64) -> i64;
         // SAFETY: `addr` is the entry of a function the code generator emitted with the C ABI
-        // of this machine (System V x86-64 or AAPCS64; `load` refused other code), in executable memory owned by `self`. It reads only its own
-        // parameters' registers, so passing the unused argument registers as 0 is harmless.
+        // of this machine (System V x86-64 or AAPCS64; `load` refused other code), in
+        // executable memory owned by `self`. It reads only its own parameters' registers, so
+        // passing the unused argument registers as 0 is harmless.
         let entry: Entry = unsafe { std::mem::transmute::<usize, Entry>(addr) };
         Ok(entry(a[0], a[1], a[2], a[3], a[4], a[5]))
     }
