@@ -3,7 +3,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use jit_interface::Format;
+use jit_interface::{Arch, Format};
 
 pub const HELP: &str = "\
 jit-gdb: debug JIT-compiled code in GDB (names, source lines and backtraces through JIT frames)
@@ -15,12 +15,15 @@ USAGE:
         `jit-gdb PROGRAM CORE` and `jit-gdb -p PID` work); with `--`, what follows is
         the program and its arguments (GDB's --args). A core file is checked first
         (see CORE FILES).
-    jit-gdb demo [--format compact|elf] [--crash] [--keep-core]
+    jit-gdb demo [--format compact|elf] [--crash] [--keep-core] [--arch aarch64]
         Compile and run the bundled demo script (demo/fib.jg) with the demo JIT under
         GDB in batch mode: stop in a native callback called from JIT code and show the
         backtrace through the JIT frames with the script's lines. --crash makes the JIT
         code fault, then shows the post-mortem backtrace from the core file
         (--keep-core keeps it). Default format: compact (needs the reader).
+        --arch aarch64 (on x86-64): the aarch64 build of jit-gdb (JIT_GDB_AARCH64_BIN)
+        runs the demo under qemu-aarch64 and gdb-multiarch debugs it over qemu's
+        gdbstub; --crash then stops live at the fault in the JIT code.
     jit-gdb core PROGRAM CORE [--no-core-check]
         Batch report of a core file: every thread's backtrace, JIT frames included,
         and the registered JIT functions. The core is checked first (see CORE FILES).
@@ -56,6 +59,9 @@ ENVIRONMENT:
                      then GDB's jit-reader directory /usr/lib/gdb)
     JIT_GDB_SCRIPTS  the GDB Python extension: jit.py or the directory holding it
     JIT_GDB_GDB      the GDB to run (otherwise `gdb` from PATH)
+    JIT_GDB_AARCH64_BIN  the aarch64 build of jit-gdb for `demo --arch aarch64`
+                     (otherwise TARGET/aarch64-unknown-linux-gnu/PROFILE/jit-gdb of the
+                     cargo target directory this jit-gdb was built in)
 ";
 
 /// Hidden from the help: `jit-gdb run-script FILE [--format compact|elf|none] [--crash]`
@@ -69,6 +75,8 @@ pub enum Command {
         format: Format,
         crash: bool,
         keep_core: bool,
+        /// The instruction set of the demo JIT's code (`--arch`; this machine's by default).
+        arch: Arch,
     },
     RunScript {
         file: PathBuf,
@@ -118,6 +126,20 @@ fn parse_format(value: Option<OsString>, allow_none: bool) -> Result<Option<Form
     }
 }
 
+fn parse_arch(value: Option<OsString>) -> Result<Arch, UsageError> {
+    match value.as_ref().map(|v| v.to_str()) {
+        None => Err(UsageError(
+            "`--arch` needs a value: x86-64 or aarch64".into(),
+        )),
+        Some(Some("x86-64" | "x86_64")) => Ok(Arch::X86_64),
+        Some(Some("aarch64" | "arm64")) => Ok(Arch::Aarch64),
+        Some(_) => Err(UsageError(format!(
+            "unknown architecture {:?}: use x86-64 or aarch64",
+            value.unwrap_or_default()
+        ))),
+    }
+}
+
 /// Removes `--no-core-check` from the first `end` arguments (ours, not GDB's or the
 /// program's); returns whether the core check stays on.
 fn take_no_core_check(args: &mut Vec<OsString>, end: usize) -> bool {
@@ -144,12 +166,14 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
         }
         "demo" => {
             let (mut format, mut crash, mut keep_core) = (Format::Compact, false, false);
+            let mut arch = Arch::HOST;
             let mut it = args.into_iter().skip(1);
             while let Some(a) = it.next() {
                 match a.to_str() {
                     Some("--format") => format = parse_format(it.next(), false)?.unwrap_or(format),
                     Some("--crash") => crash = true,
                     Some("--keep-core") => keep_core = true,
+                    Some("--arch") => arch = parse_arch(it.next())?,
                     _ => return Err(UsageError(format!("`demo`: unknown argument {a:?}"))),
                 }
             }
@@ -158,10 +182,17 @@ pub fn parse(args: Vec<OsString>) -> Result<Command, UsageError> {
                     "`--keep-core` only applies with `--crash`".into(),
                 ));
             }
+            if keep_core && arch != Arch::HOST {
+                return Err(UsageError(format!(
+                    "`--keep-core` does not apply with `--arch {}`: under qemu the fault is shown live, without a core file",
+                    arch.name()
+                )));
+            }
             Ok(Command::Demo {
                 format,
                 crash,
                 keep_core,
+                arch,
             })
         }
         "run-script" => {
@@ -243,7 +274,8 @@ mod tests {
             Command::Demo {
                 format: Format::Compact,
                 crash: false,
-                keep_core: false
+                keep_core: false,
+                arch: Arch::HOST
             }
         );
         assert_eq!(
@@ -251,8 +283,22 @@ mod tests {
             Command::Demo {
                 format: Format::Elf,
                 crash: true,
-                keep_core: false
+                keep_core: false,
+                arch: Arch::HOST
             }
+        );
+        assert_eq!(
+            p(&["demo", "--arch", "aarch64", "--crash"]).unwrap(),
+            Command::Demo {
+                format: Format::Compact,
+                crash: true,
+                keep_core: false,
+                arch: Arch::Aarch64
+            }
+        );
+        assert_eq!(
+            p(&["demo", "--arch", "x86_64"]).unwrap(),
+            p(&["demo", "--arch", "x86-64"]).unwrap()
         );
         assert_eq!(
             p(&["run-script", "a.jg", "--format", "none"]).unwrap(),
@@ -323,6 +369,17 @@ mod tests {
         );
         assert!(e(&["demo", "--format"]).contains("needs a value"));
         assert!(e(&["demo", "--frobnicate"]).contains("unknown argument"));
+        assert_eq!(
+            e(&["demo", "--arch", "riscv64"]),
+            "unknown architecture \"riscv64\": use x86-64 or aarch64 (see `jit-gdb --help`)"
+        );
+        assert!(e(&["demo", "--arch"]).contains("needs a value"));
+        let foreign = match Arch::HOST {
+            Arch::X86_64 => "aarch64",
+            Arch::Aarch64 => "x86-64",
+        };
+        assert!(e(&["demo", "--arch", foreign, "--crash", "--keep-core"])
+            .contains("does not apply with `--arch"));
         assert!(e(&["core", "prog"]).contains("usage: jit-gdb core PROGRAM CORE"));
         assert!(e(&["run-script"]).contains("needs a script file"));
         assert!(e(&["--",]).contains("must be followed by the program"));

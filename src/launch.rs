@@ -537,8 +537,9 @@ pub fn demo(format: Format, crash: bool, keep_core: bool) -> Result<i32, String>
         format_arg(format).into(),
     ];
     println!(
-        "jit-gdb demo: the demo JIT compiles {} to x86-64 code and registers it as {}.",
+        "jit-gdb demo: the demo JIT compiles {} to {} code and registers it as {}.",
         script.display(),
+        jit_interface::Arch::HOST.name(),
         format.name()
     );
     let mut args = batch_args();
@@ -561,6 +562,234 @@ pub fn demo(format: Format, crash: bool, keep_core: bool) -> Result<i32, String>
     args.push(exe.into());
     args.extend(run_args);
     run_gdb(&gdb, &args)
+}
+
+/// Where the C library and dynamic loader of aarch64 programs are for qemu-user and GDB:
+/// `QEMU_LD_PREFIX` (qemu's own variable), else Debian's cross sysroot.
+fn aarch64_sysroot() -> Result<PathBuf, String> {
+    let dir = std::env::var_os("QEMU_LD_PREFIX")
+        .filter(|v| !v.is_empty())
+        .map_or_else(|| PathBuf::from("/usr/aarch64-linux-gnu"), PathBuf::from);
+    if dir.join("lib/ld-linux-aarch64.so.1").exists() {
+        return Ok(dir);
+    }
+    Err(format!(
+        "no aarch64 C library in {} (lib/ld-linux-aarch64.so.1): install it (Debian: \
+         `apt-get install libc6-arm64-cross`, or scripts/install-tools.sh aarch64) or set \
+         QEMU_LD_PREFIX to an aarch64 sysroot",
+        dir.display()
+    ))
+}
+
+/// The aarch64 build of jit-gdb: `JIT_GDB_AARCH64_BIN`, else where `cargo build --target
+/// aarch64-unknown-linux-gnu` puts it in the target directory this executable was built in
+/// (`TARGET/PROFILE/jit-gdb` -> `TARGET/aarch64-unknown-linux-gnu/PROFILE/jit-gdb`).
+pub fn find_aarch64_jit_gdb() -> Result<PathBuf, String> {
+    const TRIPLE: &str = "aarch64-unknown-linux-gnu";
+    // The command that builds it, and where the tools for that come from.
+    let build = format!(
+        "`CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+         CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc cargo build --target {TRIPLE} \
+         --bin jit-gdb` (the tools: `scripts/install-tools.sh aarch64`)"
+    );
+    let (path, from_env) = match std::env::var_os("JIT_GDB_AARCH64_BIN") {
+        Some(p) => (PathBuf::from(p), true),
+        None => {
+            let exe = std::env::current_exe()
+                .map_err(|e| format!("cannot find the jit-gdb executable: {e}"))?;
+            let (profile, target) = exe
+                .parent()
+                .and_then(|d| Some((d.file_name()?, d.parent()?)))
+                .ok_or_else(|| format!("{} is not in a cargo target directory: set JIT_GDB_AARCH64_BIN to the aarch64 build of jit-gdb, built with {build}", exe.display()))?;
+            (target.join(TRIPLE).join(profile).join("jit-gdb"), false)
+        }
+    };
+    let mut header = [0u8; 20];
+    let read = std::fs::File::open(&path).and_then(|mut f| {
+        use std::io::Read;
+        f.read_exact(&mut header)
+    });
+    if let Err(e) = read {
+        return Err(if from_env {
+            format!(
+                "JIT_GDB_AARCH64_BIN is set to {}, which cannot be read ({e}): point it at the aarch64 build of jit-gdb, built with {build}, or unset it",
+                path.display()
+            )
+        } else {
+            format!(
+                "the aarch64 build of jit-gdb was not found at {} ({e}): build it with {build}, or set JIT_GDB_AARCH64_BIN=/path/to/aarch64/jit-gdb",
+                path.display()
+            )
+        });
+    }
+    // e_machine 183: EM_AARCH64.
+    if header[..4] != *b"\x7fELF" || u16::from_le_bytes([header[18], header[19]]) != 183 {
+        return Err(format!(
+            "{} is not an aarch64 ELF executable: the aarch64 demo needs jit-gdb built with {build}",
+            path.display()
+        ));
+    }
+    // qemu runs it from a directory of its own.
+    absolute(&path)
+}
+
+/// A program from PATH that the aarch64 demo needs, or an error saying how to install it.
+fn require_program(name: &str, package: &str) -> Result<PathBuf, String> {
+    find_in_path(OsStr::new(name)).ok_or_else(|| {
+        format!(
+            "{name} not found in PATH: the aarch64 demo needs it (Debian: `apt-get install {package}`, or scripts/install-tools.sh aarch64)"
+        )
+    })
+}
+
+/// Kills and reaps the qemu-user process on drop (whatever GDB did), then removes its
+/// directory.
+struct QemuGuest {
+    child: std::process::Child,
+    dir: PathBuf,
+}
+
+impl Drop for QemuGuest {
+    fn drop(&mut self) {
+        // After GDB's `continue` to the end or `kill`, qemu exits by itself; give it a moment.
+        for _ in 0..40 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `jit-gdb demo --arch aarch64` on x86-64: the aarch64 build of jit-gdb runs the demo under
+/// `qemu-aarch64 -g SOCKET`; gdb-multiarch, with our reader and scripts, connects to qemu's
+/// gdbstub and shows what `demo` shows natively. With `crash`, GDB stops live at the fault in
+/// the JIT code (qemu's cores lack what GDB needs to place a PIE program by itself).
+pub fn demo_under_qemu(
+    arch: jit_interface::Arch,
+    format: Format,
+    crash: bool,
+) -> Result<i32, String> {
+    if (arch, jit_interface::Arch::HOST)
+        != (jit_interface::Arch::Aarch64, jit_interface::Arch::X86_64)
+    {
+        return Err(format!(
+            "`demo --arch {}` is not available on {}: only the aarch64 demo runs on an x86-64 machine, under qemu-user",
+            arch.name(),
+            jit_interface::Arch::HOST.name()
+        ));
+    }
+    let bin = find_aarch64_jit_gdb()?;
+    let qemu = require_program("qemu-aarch64", "qemu-user")?;
+    let gdb = require_program("gdb-multiarch", "gdb-multiarch")?;
+    let sysroot = aarch64_sysroot()?;
+    let reader = match format {
+        Format::Compact => Some(find_reader()?),
+        Format::Elf => None,
+    };
+    let scripts = find_scripts()?;
+    let script = install_demo_script()?;
+    // The script and the payload encoder, checked here (natively) for one clear error.
+    crate::demo::check_script(&script, format)?;
+    println!(
+        "jit-gdb demo: the aarch64 build of jit-gdb ({}) runs under qemu-aarch64; its demo JIT compiles {} to aarch64 code and registers it as {}. gdb-multiarch debugs it over qemu's gdbstub.",
+        bin.display(),
+        script.display(),
+        format.name()
+    );
+    let dir = fresh_temp_dir("jit-gdb-qemu")?;
+    let socket = dir.join("gdbstub.sock");
+    let mut run = Command::new(&qemu);
+    run.arg("-L")
+        .arg(&sysroot)
+        .arg("-g")
+        .arg(&socket)
+        .arg(&bin)
+        .arg("run-script")
+        .arg(&script)
+        .args(["--format", format_arg(format)]);
+    if crash {
+        run.arg("--crash");
+    }
+    // Its core files (qemu_*.core) would land in the working directory: keep them out of the
+    // user's.
+    let child = run
+        .current_dir(&dir)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", qemu.display()))?;
+    let mut guest = QemuGuest { child, dir };
+    // qemu makes the socket, then waits for the debugger.
+    for _ in 0..400 {
+        if socket.exists() {
+            break;
+        }
+        if let Ok(Some(status)) = guest.child.try_wait() {
+            return Err(format!(
+                "qemu-aarch64 ended ({status}) before GDB could connect to it; try `qemu-aarch64 -L {} {} --version` to see whether the aarch64 jit-gdb runs",
+                sysroot.display(),
+                bin.display()
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    if !socket.exists() {
+        return Err(format!(
+            "qemu-aarch64 made no gdbstub socket at {} within 10 s",
+            socket.display()
+        ));
+    }
+    let mut args = batch_args();
+    args.extend(
+        [
+            format!("set sysroot {}", sysroot.display()),
+            // The host's libthread_db cannot read an aarch64 guest.
+            "set libthread-db-search-path /nonexistent".into(),
+        ]
+        .into_iter()
+        .flat_map(|c| ["-iex".into(), OsString::from(c)]),
+    );
+    args.extend(setup_args(reader.as_deref(), scripts.as_deref()));
+    args.push("-ex".into());
+    args.push(cat("file ", bin.as_os_str()));
+    args.push("-ex".into());
+    args.push(cat("target remote ", socket.as_os_str()));
+    let mut cmds = if crash {
+        println!("It faults in JIT code (a null pointer from probe); GDB stops there:\n");
+        vec![
+            "continue",
+            "bt 12",
+            "x/i $pc",
+            "info registers x0",
+            "frame 1",
+            "list",
+        ]
+    } else {
+        println!("Running it under GDB, stopped in the native callback jit_gdb_probe:\n");
+        vec![
+            "break jit_gdb_probe",
+            "continue",
+            "bt 12",
+            "frame 1",
+            "list",
+        ]
+    };
+    if format == Format::Elf {
+        // Parameters and locals only travel in ELF payloads (GDB's reader API has none).
+        cmds.extend(["info args", "info locals"]);
+    }
+    cmds.extend(if crash {
+        ["kill"].as_slice()
+    } else {
+        ["delete", "continue"].as_slice()
+    });
+    args.extend(ex_echoed(&cmds));
+    let status = run_gdb(&gdb, &args);
+    drop(guest);
+    status
 }
 
 fn crash_demo(

@@ -36,7 +36,14 @@ fn main() {
             format,
             crash,
             keep_core,
-        } => launch::demo(format, crash, keep_core),
+            arch,
+        } => {
+            if arch == jit_interface::Arch::HOST {
+                launch::demo(format, crash, keep_core)
+            } else {
+                launch::demo_under_qemu(arch, format, crash)
+            }
+        }
         // The script's `main` value is the exit status (the OS keeps its low 8 bits).
         Command::RunScript {
             file,

@@ -7,6 +7,12 @@
 //! the host's hand-made encodings against GDB's disassembler); then `stepi` through every
 //! instruction of the JIT functions with a backtrace at each.
 //!
+//!
+//! Then the demo JIT emitting aarch64: the aarch64 build of `jit-gdb` runs scripts under
+//! qemu (their values checked), and `jit-gdb demo --arch aarch64` shows the backtrace through
+//! the script's frames (compact records) and stops at the fault of `--crash` in the JIT code
+//! (ELF), one GDB session each.
+//!
 //! Needs `qemu-aarch64`, `gdb-multiarch`, `aarch64-linux-gnu-gcc` (Debian: qemu-user
 //! gdb-multiarch gcc-aarch64-linux-gnu libc6-dev-arm64-cross) and the Rust target
 //! (`rustup target add aarch64-unknown-linux-gnu`); skipped with a message without them,
@@ -53,42 +59,54 @@ fn have_everything(test: &str) -> bool {
 /// The aarch64 test host, cross-built (once per test binary) into `target/aarch64-tests`.
 fn host_program() -> &'static Path {
     static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    P.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        let target = exe
-            .parent()
-            .and_then(Path::parent)
-            .and_then(Path::parent)
-            .expect("test executable in target/<profile>/deps")
-            .join("aarch64-tests");
-        let profile = test_profile();
-        let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
-        cmd.args(["build", "--quiet", "-p", "jit-gdb-testhosts", "--bin"])
-            .arg("aarch64_testhost")
-            .args(["--target", TARGET, "--target-dir"])
-            .arg(&target)
-            .env(
-                "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
-                "aarch64-linux-gnu-gcc",
-            )
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            p => {
-                cmd.args(["--profile", p]);
-            }
+    P.get_or_init(|| cross_build("jit-gdb-testhosts", "aarch64_testhost"))
+}
+
+/// The aarch64 build of `jit-gdb` itself (its demo JIT emits aarch64 code), cross-built
+/// once per test binary.
+fn jit_gdb_aarch64() -> &'static Path {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(|| cross_build("jit-gdb", "jit-gdb"))
+}
+
+/// `cargo build -p PACKAGE --bin BIN --target aarch64-unknown-linux-gnu` in the test's
+/// profile, into `target/aarch64-tests`; returns the program.
+fn cross_build(package: &str, bin: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .join("aarch64-tests");
+    let profile = test_profile();
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["build", "--quiet", "-p", package, "--bin", bin])
+        .args(["--target", TARGET, "--target-dir"])
+        .arg(&target)
+        .env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+            "aarch64-linux-gnu-gcc",
+        )
+        // jit-gdb's build script compiles the C example with the cc crate.
+        .env("CC_aarch64_unknown_linux_gnu", "aarch64-linux-gnu-gcc")
+        .current_dir(env!("CARGO_MANIFEST_DIR"));
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
         }
-        let out = cmd.output().expect("run cargo");
-        assert!(
-            out.status.success(),
-            "cross-building the aarch64 test host failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        target.join(TARGET).join(&profile).join("aarch64_testhost")
-    })
+        p => {
+            cmd.args(["--profile", p]);
+        }
+    }
+    let out = cmd.output().expect("run cargo");
+    assert!(
+        out.status.success(),
+        "cross-building {bin} for aarch64 failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    target.join(TARGET).join(&profile).join(bin)
 }
 
 /// One JIT function as the host printed it.
@@ -563,4 +581,219 @@ fn aarch64_compact_stepi_every_instruction() {
 #[test]
 fn aarch64_elf_stepi_every_instruction() {
     stepi_through_every_instruction("elf");
+}
+
+/// The bundled demo script's line holding `needle` (1-based): expectations follow the script.
+fn demo_line(needle: &str) -> usize {
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/demo/fib.jg"))
+        .expect("read demo/fib.jg");
+    src.lines()
+        .position(|l| l.contains(needle))
+        .unwrap_or_else(|| panic!("demo/fib.jg has no line with {needle:?}"))
+        + 1
+}
+
+/// `jit-gdb ARGS` (this host's build) with the aarch64 build and the reader under test.
+fn jit_gdb(dir: &Path, args: &[&str]) -> Transcript {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_jit-gdb"));
+    cmd.args(args)
+        .env("JIT_GDB_AARCH64_BIN", jit_gdb_aarch64())
+        .env("JIT_GDB_READER", reader_support::reader_so())
+        .env("XDG_CACHE_HOME", dir.join("cache"))
+        .current_dir(dir);
+    run_captured(cmd, dir)
+}
+
+/// The output of GDB command `cmd` in a transcript of `jit-gdb demo` (which echoes each
+/// command as `(gdb) CMD`).
+fn demo_section<'t>(t: &'t Transcript, cmd: &str) -> &'t str {
+    let head = format!("(gdb) {cmd}\n");
+    let at = t
+        .text
+        .find(&head)
+        .unwrap_or_else(|| t.fail(&format!("no `{cmd}` in the transcript")));
+    let rest = &t.text[at + head.len()..];
+    &rest[..rest.find("(gdb) ").unwrap_or(rest.len())]
+}
+
+/// The frame lines of a backtrace, and the index of the first `#N ... NAME (ARGS...) at
+/// FILE:LINE` frame, checked to end at the demo script's `line`.
+fn frame_at(t: &Transcript, bt: &str, name: &str, line: usize) -> usize {
+    let want_at = format!("fib.jg:{line}");
+    bt.lines()
+        .filter(|l| l.starts_with('#'))
+        .position(|f| f.contains(&format!(" {name} (")) && f.ends_with(&want_at))
+        .unwrap_or_else(|| t.fail(&format!("no frame `{name}` at {want_at}")))
+}
+
+#[test]
+fn aarch64_demo_jit_runs_scripts_and_backtraces() {
+    let test = "aarch64_demo_jit_runs_scripts_and_backtraces";
+    if !have_everything(test) {
+        return;
+    }
+    let dir = TempDir::new("a64-demo");
+    // The aarch64 code computes what the language says (here computed again in Rust).
+    let script = dir.join("calc.jg");
+    std::fs::write(
+        &script,
+        "fn six(a, b, c, d, e, f) { return a - b + c * d - e * f / 3 % 4; }\n\
+         fn fib(n) { if n < 2 { return n; } return fib(n - 1) + fib(n - 2); }\n\
+         fn cmp(a, b) { return (a < b) + 2 * (a <= b) + 4 * (a > b) + 8 * (a >= b) + 16 * (a == b) + 32 * (a != b); }\n\
+         fn main() {\n\
+           let i = 0;\n\
+           let acc = 0;\n\
+           while i < 10 { acc = acc + i * i; i = i + 1; }\n\
+           print(acc);\n\
+           print(six(1, 2, 3, 4, 5, 6));\n\
+           print(fib(15));\n\
+           print(cmp(3, 4) + 64 * cmp(7, 7) + 4096 * cmp(9, -2));\n\
+           print(load(probe(5000000000)) - 10000000000);\n\
+           return 42;\n\
+         }\n",
+    )
+    .expect("write calc.jg");
+    fn fib(n: i64) -> i64 {
+        if n < 2 {
+            n
+        } else {
+            fib(n - 1) + fib(n - 2)
+        }
+    }
+    fn cmp(a: i64, b: i64) -> i64 {
+        i64::from(a < b)
+            + 2 * i64::from(a <= b)
+            + 4 * i64::from(a > b)
+            + 8 * i64::from(a >= b)
+            + 16 * i64::from(a == b)
+            + 32 * i64::from(a != b)
+    }
+    let want = [
+        (0..10).map(|i: i64| i * i).sum::<i64>(),
+        1 - 2 + 3 * 4 - 5 * 6 / 3 % 4,
+        fib(15),
+        cmp(3, 4) + 64 * cmp(7, 7) + 4096 * cmp(9, -2),
+        5_000_000_000 - 10_000_000_000,
+    ];
+    let out = Command::new("qemu-aarch64")
+        .args(["-L", SYSROOT])
+        .arg(jit_gdb_aarch64())
+        .arg("run-script")
+        .arg(&script)
+        .args(["--format", "compact"])
+        .output()
+        .expect("run qemu-aarch64");
+    let got: Vec<i64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.parse().expect("a printed number"))
+        .collect();
+    assert_eq!(
+        (got.as_slice(), out.status.code()),
+        (want.as_slice(), Some(42)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The demo under gdb-multiarch: stopped in the native callback, the JIT frames between.
+    let t = jit_gdb(
+        dir.path(),
+        &["demo", "--arch", "aarch64", "--format", "compact"],
+    );
+    if t.status.is_none_or(|s| !s.success()) || t.timed_out {
+        t.fail("`jit-gdb demo --arch aarch64` failed");
+    }
+    t.assert_contains(None, "compiles ");
+    t.assert_contains(None, "to aarch64 code and registers it as compact records");
+    let bt = demo_section(&t, "bt 12");
+    let leaf = frame_at(&t, bt, "leaf", demo_line("= probe(n);"));
+    let fib_leaf = frame_at(&t, bt, "fib", demo_line("return leaf(n)"));
+    let fib_rec = frame_at(&t, bt, "fib", demo_line("fib(n - 1) + fib(n - 2)"));
+    let main = frame_at(&t, bt, "main", demo_line("fib(6)"));
+    if !(leaf == 1 && leaf < fib_leaf && fib_leaf < fib_rec && fib_rec < main) {
+        t.fail("the JIT frames are not leaf <- fib <- ... <- main above the callback");
+    }
+    // The unwinding goes on out of the JIT code into the native caller of `main`.
+    let frames: Vec<&str> = bt.lines().filter(|l| l.starts_with('#')).collect();
+    if !frames[..=main].iter().all(|f| !f.contains("??"))
+        || !frames[main + 1..]
+            .iter()
+            .any(|f| f.contains("LoadedScript::call"))
+    {
+        t.fail("the backtrace does not go from the JIT main to LoadedScript::call");
+    }
+    assert!(demo_section(&t, "list").contains("let p = probe(n);"));
+    t.assert_contains(None, "exited normally");
+}
+
+#[test]
+fn aarch64_demo_crash_stops_at_the_fault_in_jit_code() {
+    let test = "aarch64_demo_crash_stops_at_the_fault_in_jit_code";
+    if !have_everything(test) {
+        return;
+    }
+    let dir = TempDir::new("a64-demo-crash");
+    let t = jit_gdb(
+        dir.path(),
+        &["demo", "--arch", "aarch64", "--format", "elf", "--crash"],
+    );
+    if t.timed_out {
+        t.fail("`jit-gdb demo --arch aarch64 --crash` timed out");
+    }
+    t.assert_contains(None, "Program received signal SIGSEGV");
+    // Frame 0 is `leaf`'s `load` of the null pointer, on its line; `fib` called it.
+    let bt = demo_section(&t, "bt 12");
+    let load = frame_at(&t, bt, "leaf", demo_line("return load(p);"));
+    let fib = frame_at(&t, bt, "fib", demo_line("return leaf(n)"));
+    if (load, fib) != (0, 1) || !bt.contains(" main () at ") {
+        t.fail("the fault is not in leaf called by fib, down to main");
+    }
+    // ELF payloads carry the parameters.
+    if !bt
+        .lines()
+        .next()
+        .is_some_and(|l| l.contains(" leaf (n=1) at "))
+    {
+        t.fail("frame 0 does not show leaf's parameter");
+    }
+    // The faulting instruction is the aarch64 load through x0, which holds 0.
+    assert!(
+        demo_section(&t, "x/i $pc").contains("ldr\tx0, [x0]"),
+        "{}",
+        t.text
+    );
+    assert!(
+        demo_section(&t, "info registers x0").starts_with("x0             0x0 "),
+        "{}",
+        t.text
+    );
+    assert!(
+        demo_section(&t, "info args").contains("n = 1"),
+        "{}",
+        t.text
+    );
+}
+
+/// Without the aarch64 build, `demo --arch aarch64` says what is missing and how to build it
+/// (no tools needed).
+#[test]
+fn aarch64_demo_names_a_missing_aarch64_build() {
+    if !cfg!(target_arch = "x86_64") {
+        return;
+    }
+    let dir = TempDir::new("a64-demo-missing");
+    let missing = dir.join("no-such-jit-gdb");
+    let o = Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .args(["demo", "--arch", "aarch64"])
+        .env("JIT_GDB_AARCH64_BIN", &missing)
+        .output()
+        .expect("run jit-gdb");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    for want in [
+        format!("JIT_GDB_AARCH64_BIN is set to {}", missing.display()),
+        "cargo build --target aarch64-unknown-linux-gnu --bin jit-gdb".into(),
+        "scripts/install-tools.sh aarch64".into(),
+    ] {
+        assert!(err.contains(&want), "no {want:?} in: {err}");
+    }
 }

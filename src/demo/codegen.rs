@@ -1,23 +1,31 @@
-//! Code generator: syntax tree to x86-64 machine code (System V calling convention), with
-//! the line rows, frame layout and variable locations the debugger needs.
+//! Code generator: syntax tree to machine code for the architecture the binary is built
+//! for (x86-64 System V or aarch64 AAPCS64), with the line rows, frame layout and variable
+//! locations the debugger needs.
 //!
-//! Every function keeps a standard frame-pointer frame: `push rbp; mov rbp, rsp; sub rsp, N`,
-//! parameters and `let` variables in 8-byte slots below `rbp`, one shared epilogue
-//! `mov rsp, rbp; pop rbp; ret`. Expressions evaluate into `rax`, temporaries go on the
-//! stack. All functions are assembled into one position-independent buffer: calls between
-//! script functions are `call rel32` to labels, calls to native callbacks go through an
-//! absolute address in `rax`, so the buffer can be copied anywhere.
+//! One front end walks the syntax tree; a per-architecture [`Emitter`] ([`x64`], [`a64`])
+//! turns its few operations into instructions. Both keep the same shape: a standard
+//! frame-pointer frame (x86-64 `push rbp; mov rbp, rsp; sub rsp, N`; aarch64 `stp x29, x30,
+//! [sp, #-16]!; mov x29, sp; sub sp, sp, #N`), parameters and `let` variables in 8-byte
+//! slots below the frame pointer, one shared epilogue per function (`mov rsp, rbp; pop rbp;
+//! ret`; `mov sp, x29; ldp x29, x30, [sp], #16; ret`). Expressions evaluate into an
+//! accumulator (`rax`, `x0`), temporaries go on the stack. All functions are assembled into
+//! one position-independent buffer: calls between script functions are pc-relative to
+//! labels, calls to native callbacks go through an absolute address in a register, so the
+//! buffer can be copied anywhere.
+
+mod a64;
+mod x64;
 
 use std::collections::HashMap;
 
-use dynasmrt::{dynasm, DynamicLabel, DynasmApi, DynasmLabelApi};
-use jit_interface::LineRow;
+use dynasmrt::DynamicLabel;
+use jit_interface::{Arch, LineRow};
 
 use super::parser::{BinOp, Expr, ExprKind, FnDecl, Program, Stmt, StmtKind};
 use super::runtime::Native;
 use super::{Pos, ScriptError};
 
-/// Integer argument registers of the System V ABI, in order.
+/// Parameters passed in registers (the first six integer argument registers of either ABI).
 const MAX_PARAMS: usize = 6;
 
 /// A variable's home in its function's frame.
@@ -25,8 +33,8 @@ const MAX_PARAMS: usize = 6;
 pub struct Slot {
     pub name: String,
     pub is_param: bool,
-    /// Offset from `rbp` (negative).
-    pub rbp_offset: i32,
+    /// Offset from the frame pointer (`rbp`, `x29`; negative).
+    pub fp_offset: i32,
 }
 
 /// One compiled function: where it is in the code buffer and how to describe it.
@@ -40,11 +48,12 @@ pub struct CompiledFunction {
     pub size: usize,
     /// Line rows, offsets relative to the function start.
     pub lines: Vec<LineRow>,
-    /// Offset just after `push rbp`.
+    /// Offset just after the frame pointer is saved (`push rbp`, `stp x29, x30`).
     pub push_end: u32,
-    /// Offset just after `mov rbp, rsp`.
+    /// Offset just after the frame pointer is set (`mov rbp, rsp`, `mov x29, sp`).
     pub setup_end: u32,
-    /// Offset just after `pop rbp` in the epilogue.
+    /// Offset just after the caller's frame pointer is restored in the epilogue (`pop rbp`,
+    /// `ldp x29, x30`).
     pub restore_end: u32,
     /// Offset just after the epilogue's `ret` (= `size`).
     pub ret_end: u32,
@@ -55,6 +64,8 @@ pub struct CompiledFunction {
 /// A compiled script: position-independent code and its functions.
 #[derive(Debug, Clone)]
 pub struct Compiled {
+    /// The instruction set of `code`.
+    pub arch: Arch,
     pub code: Vec<u8>,
     pub functions: Vec<CompiledFunction>,
 }
@@ -66,16 +77,77 @@ impl Compiled {
     }
 }
 
-type Asm = dynasmrt::VecAssembler<dynasmrt::x64::X64Relocation>;
+/// What the front end asks of an instruction set. The accumulator holds an expression's
+/// value; "push"/"pop" move 8-byte temporaries through the machine stack.
+trait Emitter {
+    const ARCH: Arch;
+    /// The most parameters and locals a frame holds (the reach of the slot addressing).
+    const MAX_SLOTS: usize;
+    fn new() -> Self;
+    fn offset(&self) -> usize;
+    fn new_label(&mut self) -> DynamicLabel;
+    fn bind(&mut self, label: DynamicLabel);
+    /// Pads with trapping instructions up to a 16-byte boundary (the next function's start).
+    fn align_function(&mut self);
+    /// Saves the caller's frame pointer (the first instruction of every function).
+    fn save_frame_pointer(&mut self);
+    /// Points the frame pointer at the saved one.
+    fn set_frame_pointer(&mut self);
+    /// Reserves `bytes` (a multiple of 16, nonzero) for the slots below the frame pointer.
+    fn reserve(&mut self, bytes: u32);
+    /// Stores incoming argument `index` into the slot at `fp_offset`.
+    fn store_param(&mut self, index: usize, fp_offset: i32);
+    /// Stores the accumulator into the slot at `fp_offset`.
+    fn store(&mut self, fp_offset: i32);
+    /// Loads the slot at `fp_offset` into the accumulator.
+    fn load(&mut self, fp_offset: i32);
+    fn load_const(&mut self, n: i64);
+    fn zero(&mut self);
+    fn negate(&mut self);
+    /// Replaces the accumulator by the 64-bit value at the address it holds.
+    fn load_indirect(&mut self);
+    fn push(&mut self);
+    /// Moves the accumulator to the operand register, then pops the left operand into the
+    /// accumulator.
+    fn pop_lhs(&mut self);
+    /// Accumulator = accumulator `op` operand register.
+    fn binary(&mut self, op: BinOp);
+    fn jump_if_zero(&mut self, label: DynamicLabel);
+    fn jump(&mut self, label: DynamicLabel);
+    /// Pops into argument register `index`.
+    fn pop_arg(&mut self, index: usize);
+    /// Calls a script function; `depth` temporaries are on the stack.
+    fn call_label(&mut self, label: DynamicLabel, depth: usize);
+    /// Calls native code at `addr`; `depth` temporaries are on the stack.
+    fn call_native(&mut self, addr: usize, depth: usize);
+    /// Undoes the frame up to restoring the caller's frame pointer.
+    fn restore_frame(&mut self);
+    fn ret(&mut self);
+    fn finalize(self) -> Result<Vec<u8>, String>;
+}
 
 struct Callee {
     label: DynamicLabel,
     params: usize,
 }
 
-/// Compiles a parsed script. `file` names the script in error messages.
+/// Compiles a parsed script for the architecture this binary runs on. `file` names the
+/// script in error messages.
 pub fn compile(file: &str, program: &Program) -> Result<Compiled, ScriptError> {
-    let mut asm = Asm::new(0);
+    compile_for(Arch::HOST, file, program)
+}
+
+/// Compiles a parsed script for `arch` (code for another architecture can be inspected,
+/// not run: native callbacks are this binary's addresses).
+pub fn compile_for(arch: Arch, file: &str, program: &Program) -> Result<Compiled, ScriptError> {
+    match arch {
+        Arch::X86_64 => generate::<x64::X64>(file, program),
+        Arch::Aarch64 => generate::<a64::A64>(file, program),
+    }
+}
+
+fn generate<E: Emitter>(file: &str, program: &Program) -> Result<Compiled, ScriptError> {
+    let mut asm = E::new();
     let mut callees: HashMap<&str, Callee> = HashMap::new();
     let mut first_decl: HashMap<&str, Pos> = HashMap::new();
     for f in &program.functions {
@@ -110,7 +182,7 @@ pub fn compile(file: &str, program: &Program) -> Result<Compiled, ScriptError> {
                 ),
             ));
         }
-        let label = asm.new_dynamic_label();
+        let label = asm.new_label();
         callees.insert(
             &f.name,
             Callee {
@@ -139,10 +211,8 @@ pub fn compile(file: &str, program: &Program) -> Result<Compiled, ScriptError> {
 
     let mut functions = Vec::new();
     for f in &program.functions {
-        // Start every function on a 16-byte boundary; the padding (int3) belongs to no one.
-        while asm.offset().0 % 16 != 0 {
-            dynasm!(asm ; .arch x64 ; int3);
-        }
+        // Every function starts on a 16-byte boundary; the padding belongs to no one.
+        asm.align_function();
         let mut g = FnGen {
             file,
             asm: &mut asm,
@@ -162,13 +232,17 @@ pub fn compile(file: &str, program: &Program) -> Result<Compiled, ScriptError> {
             format!("internal assembler error: {e}"),
         )
     })?;
-    Ok(Compiled { code, functions })
+    Ok(Compiled {
+        arch: E::ARCH,
+        code,
+        functions,
+    })
 }
 
 /// Per-function generator state.
-struct FnGen<'a> {
+struct FnGen<'a, E> {
     file: &'a str,
-    asm: &'a mut Asm,
+    asm: &'a mut E,
     callees: &'a HashMap<&'a str, Callee>,
     start: usize,
     lines: Vec<LineRow>,
@@ -194,13 +268,13 @@ fn collect_lets<'s>(body: &'s [Stmt], out: &mut Vec<(&'s str, Pos)>) {
     }
 }
 
-impl FnGen<'_> {
+impl<E: Emitter> FnGen<'_, E> {
     fn err<T>(&self, pos: Pos, msg: String) -> Result<T, ScriptError> {
         Err(ScriptError::new(self.file, pos, msg))
     }
 
     fn here(&self) -> u32 {
-        (self.asm.offset().0 - self.start) as u32
+        (self.asm.offset() - self.start) as u32
     }
 
     /// Starts a line row for `line` at the current offset (merging with a row at the same
@@ -225,7 +299,7 @@ impl FnGen<'_> {
 
     fn slot(&self, name: &str, pos: Pos) -> Result<i32, ScriptError> {
         match self.slots.iter().find(|s| s.name == name) {
-            Some(s) => Ok(s.rbp_offset),
+            Some(s) => Ok(s.fp_offset),
             None => self.err(pos, format!("unknown variable `{name}`")),
         }
     }
@@ -233,49 +307,55 @@ impl FnGen<'_> {
     fn function(&mut self, f: &FnDecl) -> Result<CompiledFunction, ScriptError> {
         // The epilogue label doubles as the function label for callers, so make a fresh one.
         let entry = self.callees[f.name.as_str()].label;
-        self.epilogue = self.asm.new_dynamic_label();
-        self.start = self.asm.offset().0;
+        self.epilogue = self.asm.new_label();
+        self.start = self.asm.offset();
         self.mark(f.pos.line);
         let mut lets = Vec::new();
         collect_lets(&f.body, &mut lets);
         let count = f.params.len() + lets.len();
-        // Keep rsp 16-byte aligned after the prologue.
-        let frame_size = ((count * 8).div_ceil(16) * 16) as i32;
-        dynasm!(self.asm ; .arch x64 ; =>entry ; push rbp);
+        if count > E::MAX_SLOTS {
+            return self.err(
+                f.pos,
+                format!(
+                    "function `{}` has {count} parameters and variables; at most {} fit a {} frame",
+                    f.name,
+                    E::MAX_SLOTS,
+                    E::ARCH.name()
+                ),
+            );
+        }
+        // Keep the stack pointer 16-byte aligned after the prologue.
+        let frame_size = (count * 8).div_ceil(16) * 16;
+        self.asm.bind(entry);
+        self.asm.save_frame_pointer();
         let push_end = self.here();
-        dynasm!(self.asm ; .arch x64 ; mov rbp, rsp);
+        self.asm.set_frame_pointer();
         let setup_end = self.here();
         if frame_size > 0 {
-            dynasm!(self.asm ; .arch x64 ; sub rsp, frame_size);
+            self.asm.reserve(frame_size as u32);
         }
         for (i, (name, pos)) in f.params.iter().enumerate() {
             if self.slots.iter().any(|s| &s.name == name) {
                 return self.err(*pos, format!("parameter `{name}` is declared twice"));
             }
             let off = -8 * (i as i32 + 1);
-            match i {
-                0 => dynasm!(self.asm ; .arch x64 ; mov [rbp + off], rdi),
-                1 => dynasm!(self.asm ; .arch x64 ; mov [rbp + off], rsi),
-                2 => dynasm!(self.asm ; .arch x64 ; mov [rbp + off], rdx),
-                3 => dynasm!(self.asm ; .arch x64 ; mov [rbp + off], rcx),
-                4 => dynasm!(self.asm ; .arch x64 ; mov [rbp + off], r8),
-                _ => dynasm!(self.asm ; .arch x64 ; mov [rbp + off], r9),
-            }
+            self.asm.store_param(i, off);
             self.slots.push(Slot {
                 name: name.clone(),
                 is_param: true,
-                rbp_offset: off,
+                fp_offset: off,
             });
         }
         // Locals are declared (given a slot) when their `let` is compiled, so a use before
         // the `let` is an error; `lets` only sized the frame.
         self.block(&f.body)?;
         // Falling off the end returns 0.
-        dynasm!(self.asm ; .arch x64 ; xor eax, eax ; =>self.epilogue);
+        self.asm.zero();
+        self.asm.bind(self.epilogue);
         self.mark(f.end.line);
-        dynasm!(self.asm ; .arch x64 ; mov rsp, rbp ; pop rbp);
+        self.asm.restore_frame();
         let restore_end = self.here();
-        dynasm!(self.asm ; .arch x64 ; ret);
+        self.asm.ret();
         let ret_end = self.here();
         debug_assert_eq!(self.depth, 0);
         Ok(CompiledFunction {
@@ -317,112 +397,79 @@ impl FnGen<'_> {
                 self.slots.push(Slot {
                     name: name.clone(),
                     is_param: false,
-                    rbp_offset: off,
+                    fp_offset: off,
                 });
-                dynasm!(self.asm ; .arch x64 ; mov [rbp + off], rax);
+                self.asm.store(off);
             }
             StmtKind::Assign(name, e) => {
                 let off = self.slot(name, s.pos)?;
                 self.expr(e)?;
-                dynasm!(self.asm ; .arch x64 ; mov [rbp + off], rax);
+                self.asm.store(off);
             }
             StmtKind::If(cond, then, otherwise) => {
-                let else_label = self.asm.new_dynamic_label();
-                let end_label = self.asm.new_dynamic_label();
+                let else_label = self.asm.new_label();
+                let end_label = self.asm.new_label();
                 self.expr(cond)?;
-                dynasm!(self.asm ; .arch x64 ; test rax, rax ; jz =>else_label);
+                self.asm.jump_if_zero(else_label);
                 self.block(then)?;
                 if !otherwise.is_empty() {
-                    dynasm!(self.asm ; .arch x64 ; jmp =>end_label);
+                    self.asm.jump(end_label);
                 }
-                dynasm!(self.asm ; .arch x64 ; =>else_label);
+                self.asm.bind(else_label);
                 self.block(otherwise)?;
-                dynasm!(self.asm ; .arch x64 ; =>end_label);
+                self.asm.bind(end_label);
             }
             StmtKind::While(cond, body) => {
-                let head = self.asm.new_dynamic_label();
-                let end_label = self.asm.new_dynamic_label();
-                dynasm!(self.asm ; .arch x64 ; =>head);
+                let head = self.asm.new_label();
+                let end_label = self.asm.new_label();
+                self.asm.bind(head);
                 // The loop head is reached again from the body's end: give it its own row.
                 self.force_mark(s.pos.line);
                 self.expr(cond)?;
-                dynasm!(self.asm ; .arch x64 ; test rax, rax ; jz =>end_label);
+                self.asm.jump_if_zero(end_label);
                 self.block(body)?;
-                dynasm!(self.asm ; .arch x64 ; jmp =>head ; =>end_label);
+                self.asm.jump(head);
+                self.asm.bind(end_label);
             }
             StmtKind::Return(value) => {
                 match value {
                     Some(e) => self.expr(e)?,
-                    None => dynasm!(self.asm ; .arch x64 ; xor eax, eax),
+                    None => self.asm.zero(),
                 }
-                let epilogue = self.epilogue;
-                dynasm!(self.asm ; .arch x64 ; jmp =>epilogue);
+                self.asm.jump(self.epilogue);
             }
             StmtKind::Expr(e) => self.expr(e)?,
         }
         Ok(())
     }
 
-    fn push_rax(&mut self) {
-        dynasm!(self.asm ; .arch x64 ; push rax);
+    fn push(&mut self) {
+        self.asm.push();
         self.depth += 1;
-    }
-
-    // dynasm's expansion of `Rq(reg)` converts the u8 to itself.
-    #[allow(clippy::useless_conversion)]
-    fn pop(&mut self, reg: u8) {
-        // Register numbers as in the instruction encoding: rax 0, rcx 1, rdx 2, rsi 6,
-        // rdi 7, r8 8, r9 9.
-        dynasm!(self.asm ; .arch x64 ; pop Rq(reg));
-        self.depth -= 1;
     }
 
     fn expr(&mut self, e: &Expr) -> Result<(), ScriptError> {
         match &e.kind {
-            ExprKind::Int(n) => {
-                let n = *n;
-                if let Ok(small) = i32::try_from(n) {
-                    dynasm!(self.asm ; .arch x64 ; mov rax, small);
-                } else {
-                    dynasm!(self.asm ; .arch x64 ; mov rax, QWORD n);
-                }
-            }
+            ExprKind::Int(n) => self.asm.load_const(*n),
             ExprKind::Var(name) => {
                 let off = self.slot(name, e.pos)?;
-                dynasm!(self.asm ; .arch x64 ; mov rax, [rbp + off]);
+                self.asm.load(off);
             }
             ExprKind::Neg(inner) => {
                 self.expr(inner)?;
-                dynasm!(self.asm ; .arch x64 ; neg rax);
+                self.asm.negate();
             }
             ExprKind::Binary(op, lhs, rhs) => {
                 self.expr(lhs)?;
-                self.push_rax();
+                self.push();
                 self.expr(rhs)?;
-                dynasm!(self.asm ; .arch x64 ; mov rcx, rax);
-                self.pop(0);
-                self.binary(*op);
+                self.asm.pop_lhs();
+                self.depth -= 1;
+                self.asm.binary(*op);
             }
             ExprKind::Call(name, args) => self.call(e.pos, name, args)?,
         }
         Ok(())
-    }
-
-    fn binary(&mut self, op: BinOp) {
-        // lhs in rax, rhs in rcx. Division by zero faults (SIGFPE) like native code would.
-        match op {
-            BinOp::Add => dynasm!(self.asm ; .arch x64 ; add rax, rcx),
-            BinOp::Sub => dynasm!(self.asm ; .arch x64 ; sub rax, rcx),
-            BinOp::Mul => dynasm!(self.asm ; .arch x64 ; imul rax, rcx),
-            BinOp::Div => dynasm!(self.asm ; .arch x64 ; cqo ; idiv rcx),
-            BinOp::Rem => dynasm!(self.asm ; .arch x64 ; cqo ; idiv rcx ; mov rax, rdx),
-            BinOp::Lt => dynasm!(self.asm ; .arch x64 ; cmp rax, rcx ; setl al ; movzx eax, al),
-            BinOp::Le => dynasm!(self.asm ; .arch x64 ; cmp rax, rcx ; setle al ; movzx eax, al),
-            BinOp::Gt => dynasm!(self.asm ; .arch x64 ; cmp rax, rcx ; setg al ; movzx eax, al),
-            BinOp::Ge => dynasm!(self.asm ; .arch x64 ; cmp rax, rcx ; setge al ; movzx eax, al),
-            BinOp::Eq => dynasm!(self.asm ; .arch x64 ; cmp rax, rcx ; sete al ; movzx eax, al),
-            BinOp::Ne => dynasm!(self.asm ; .arch x64 ; cmp rax, rcx ; setne al ; movzx eax, al),
-        }
     }
 
     fn call(&mut self, pos: Pos, name: &str, args: &[Expr]) -> Result<(), ScriptError> {
@@ -446,7 +493,7 @@ impl FnGen<'_> {
             // Built in: read the 64-bit value at the address in the argument.
             arity(1)?;
             self.expr(&args[0])?;
-            dynasm!(self.asm ; .arch x64 ; mov rax, [rax]);
+            self.asm.load_indirect();
             return Ok(());
         }
         enum Target {
@@ -464,27 +511,15 @@ impl FnGen<'_> {
         };
         for a in args {
             self.expr(a)?;
-            self.push_rax();
+            self.push();
         }
-        const ARG_REGS: [u8; MAX_PARAMS] = [7, 6, 2, 1, 8, 9];
         for i in (0..args.len()).rev() {
-            self.pop(ARG_REGS[i]);
-        }
-        // The ABI wants rsp 16-byte aligned at the call; the prologue aligned it, pending
-        // temporaries may not have.
-        let pad = self.depth % 2 == 1;
-        if pad {
-            dynasm!(self.asm ; .arch x64 ; sub rsp, 8);
+            self.asm.pop_arg(i);
+            self.depth -= 1;
         }
         match target {
-            Target::Jit(label) => dynasm!(self.asm ; .arch x64 ; call =>label),
-            Target::Native(addr) => {
-                let addr = addr as i64;
-                dynasm!(self.asm ; .arch x64 ; mov rax, QWORD addr ; call rax);
-            }
-        }
-        if pad {
-            dynasm!(self.asm ; .arch x64 ; add rsp, 8);
+            Target::Jit(label) => self.asm.call_label(label, self.depth),
+            Target::Native(addr) => self.asm.call_native(addr, self.depth),
         }
         Ok(())
     }

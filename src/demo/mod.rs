@@ -1,5 +1,7 @@
-//! The demo JIT: a tiny integer language compiled to x86-64 machine code at run time and
-//! registered with the debugger, so GDB shows the script's functions and lines.
+//! The demo JIT: a tiny integer language compiled at run time to machine code for the
+//! architecture the binary is built for (x86-64 or aarch64: [`codegen`]) and registered with
+//! the debugger, so GDB shows the script's functions and lines. On an x86-64 machine,
+//! `jit-gdb demo --arch aarch64` runs an aarch64 build of this demo under qemu-user.
 //!
 //! ```text
 //! # Comments start with `#`.
@@ -11,7 +13,8 @@
 //! ```
 //!
 //! Values are signed 64-bit integers; comparisons give 0 or 1, and `if`/`while` take any
-//! nonzero value as true. Built-ins: `print(n)` (native, prints `n`, returns it),
+//! nonzero value as true. Division by zero faults (SIGFPE) on x86-64 and gives 0 on aarch64,
+//! as native code does on each. Built-ins: `print(n)` (native, prints `n`, returns it),
 //! `probe(n)` (native, returns the address of a cell holding `n`; a null pointer under
 //! `--crash`) and `load(p)` (reads the 64-bit value at address `p`, inline).
 //! Execution starts at `fn main()`, whose value becomes the exit status.

@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
-use jit_interface::VariableKind;
+use jit_interface::{Arch, VariableKind};
 use jit_interface::{BaseType, Format, JitObject, LineRow, Location, Registration, Variable};
 
 use super::codegen::Compiled;
@@ -93,45 +93,38 @@ pub struct LoadedScript {
 }
 
 impl LoadedScript {
-    /// Copies the compiled code into executable memory.
+    /// Copies the compiled code into executable memory (code for this machine only).
     pub fn load(compiled: Compiled) -> io::Result<LoadedScript> {
+        if compiled.arch != Arch::HOST {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "the code was compiled for {}, this machine runs {}",
+                    compiled.arch.name(),
+                    Arch::HOST.name()
+                ),
+            ));
+        }
+        let memory = CodeBuffer::with_code(&compiled.code)?;
+        // SAFETY: `memory` maps `code.len()` readable bytes at `addr()` (sealed read-execute),
+        // alive for this borrow.
+        let code =
+            unsafe { std::slice::from_raw_parts(memory.addr() as *const u8, compiled.code.len()) };
+        // aarch64 fetches instructions through a cache of its own that the copy above did not
+        // go through (a no-op on x86-64).
+        dynasmrt::cache_control::synchronize_icache(code);
+        dynasmrt::cache_control::prepare_for_execution(code);
         Ok(LoadedScript {
             registration: None,
-            memory: CodeBuffer::with_code(&compiled.code)?,
+            memory,
             compiled,
         })
     }
 
-    /// The debugger's view of the loaded functions: names, addresses, the script's lines
-    /// (`file` should be an absolute path so GDB's `list` finds it), frame layout, and the
-    /// parameters and locals in their frame slots (`with_variables`: only ELF payloads can
-    /// carry them; GDB's reader API has no variables).
+    /// The debugger's view of the loaded functions (see [`Compiled::jit_object`]).
     pub fn jit_object(&self, file: &str, with_variables: bool) -> jit_interface::Result<JitObject> {
-        let mut obj = JitObject::new();
-        for f in &self.compiled.functions {
-            let start = self.memory.addr() + f.offset as u64;
-            let id = obj.add_function(&f.name, start, f.size as u64)?;
-            let rows: Vec<LineRow> = f.lines.clone();
-            obj.set_lines(id, file, &rows)?;
-            obj.set_frame_pointer(id, f.push_end, f.setup_end)?;
-            obj.add_epilogue(id, f.restore_end, f.ret_end)?;
-            for s in f.slots.iter().filter(|_| with_variables) {
-                obj.add_variable(
-                    id,
-                    Variable {
-                        name: s.name.clone(),
-                        kind: if s.is_param {
-                            VariableKind::Parameter
-                        } else {
-                            VariableKind::Local
-                        },
-                        ty: BaseType::I64,
-                        location: Location::FrameOffset(s.rbp_offset),
-                    },
-                )?;
-            }
-        }
-        Ok(obj)
+        self.compiled
+            .jit_object(self.memory.addr(), file, with_variables)
     }
 
     /// Registers the functions with the debugger in `format` (unregistered on drop).
@@ -158,10 +151,50 @@ impl LoadedScript {
         a[..args.len()].copy_from_slice(args);
         let addr = self.memory.addr() as usize + f.offset;
         type Entry = extern "C" fn(i64, i64, i64, i64, i64, i64) -> i64;
-        // SAFETY: `addr` is the entry of a function the code generator emitted with the
-        // System V ABI, in executable memory owned by `self`. It reads only its own
-        // parameters' registers, so passing the unused argument registers as 0 is harmless.
+        // SAFETY: `addr` is the entry of a function the code generator emitted with the C ABI
+        // of this machine (System V x86-64 or AAPCS64; `load` refused other code), in
+        // executable memory owned by `self`. It reads only its own parameters' registers, so
+        // passing the unused argument registers as 0 is harmless.
         let entry: Entry = unsafe { std::mem::transmute::<usize, Entry>(addr) };
         Ok(entry(a[0], a[1], a[2], a[3], a[4], a[5]))
+    }
+}
+
+impl Compiled {
+    /// The debugger's view of the functions loaded at `base`: names, addresses, the script's lines
+    /// (`file` should be an absolute path so GDB's `list` finds it), frame layout, and the
+    /// parameters and locals in their frame slots (`with_variables`: only ELF payloads can
+    /// carry them; GDB's reader API has no variables).
+    pub fn jit_object(
+        &self,
+        base: u64,
+        file: &str,
+        with_variables: bool,
+    ) -> jit_interface::Result<JitObject> {
+        let mut obj = JitObject::with_arch(self.arch);
+        for f in &self.functions {
+            let start = base + f.offset as u64;
+            let id = obj.add_function(&f.name, start, f.size as u64)?;
+            let rows: Vec<LineRow> = f.lines.clone();
+            obj.set_lines(id, file, &rows)?;
+            obj.set_frame_pointer(id, f.push_end, f.setup_end)?;
+            obj.add_epilogue(id, f.restore_end, f.ret_end)?;
+            for s in f.slots.iter().filter(|_| with_variables) {
+                obj.add_variable(
+                    id,
+                    Variable {
+                        name: s.name.clone(),
+                        kind: if s.is_param {
+                            VariableKind::Parameter
+                        } else {
+                            VariableKind::Local
+                        },
+                        ty: BaseType::I64,
+                        location: Location::FrameOffset(s.fp_offset),
+                    },
+                )?;
+            }
+        }
+        Ok(obj)
     }
 }
