@@ -921,6 +921,9 @@ def _reset_hook(_event):
     address read in it means nothing now, so pending requests get a hook by name again
     (made by name: while GDB reports an exit the process still has its pid)."""
     _hook_stop[0] = False
+    if _exiting[0]:
+        # GDB quits: nothing comes after.
+        return
     try:
         _repend_placed()
         if any(h.by_address for h in _live_hooks()):
@@ -935,8 +938,17 @@ def _on_resume(_event):
     _hook_stop[0] = False
 
 
+_exiting = [False]
+
+
+def _on_exiting(_event):
+    _exiting[0] = True
+
+
 gdb.events.stop.connect(_on_stop_hook)
 gdb.events.cont.connect(_on_resume)
+if hasattr(gdb.events, "gdb_exiting"):
+    gdb.events.gdb_exiting.connect(_on_exiting)
 gdb.events.exited.connect(_reset_hook)
 gdb.events.clear_objfiles.connect(_reset_hook)
 
