@@ -43,11 +43,11 @@ NMI = 2000 if QUICK else 10000  # the MI session
 # the square of the size), predicts more. The runs the goals are computed from (gaps 0-256 with breakpoints) get GOAL_BUDGET_S.
 # The section stays bounded, and fills in as sessions get faster.
 RUN_BUDGET_S = 60 if QUICK else 90
-GOAL_BUDGET_S = 180 if QUICK else 240
+GOAL_BUDGET_S = 180 if QUICK else 420
 # The whole section's budget: the goals' runs go first, then batched, then the other
 # one-by-one runs, each stopped when the section's budget (less what the MI sessions are
 # given) is spent; runs left are reported as not run.
-SECTION_BUDGET_S = 480 if QUICK else 1200
+SECTION_BUDGET_S = 480 if QUICK else 1500
 MI_RESERVE_S = 60 if QUICK else 150
 
 LAYOUTS = (("contiguous", None), ("gap 64", "64"), ("gap 0-256", "random"))
@@ -385,7 +385,7 @@ for what, reg_s in breakdown:
     if reg_s is None:
         w(f"| {what} | stopped after {RUN_BUDGET_S} s | - | - |")
         continue
-    over = f"+{(reg_s - base) * 1e3 / NBD:.3f} ms" if base is not None and what != "none" else "-"
+    over = f"{(reg_s - base) * 1e3 / NBD:+.3f} ms" if base is not None and what != "none" else "-"
     w(f"| {what} | {reg_s:.2f} | {reg_s * 1e3 / NBD:.3f} | {over} |")
 w("")
 
