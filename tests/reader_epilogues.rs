@@ -2,7 +2,8 @@
 //! the prologue register them, cranelift among them), stepped through instruction by
 //! instruction in GDB: at every instruction, the compact reader's backtrace must name the
 //! right callers and equal the backtrace GDB makes for the same registration as ELF (where
-//! GDB's own amd64 epilogue unwinder handles the `ret`). The host (`reader_testhost
+//! GDB's own amd64 epilogue unwinder handles the `ret`; GDB 16 runs it only because the unit's
+//! `DW_AT_producer` asks for it, see docs/DESIGN.md). The host (`reader_testhost
 //! epilogues`) runs real machine code: `jit_epi_outer` calls `jit_epi_pop` (`add rsp, 16;
 //! pop rbp; ret`), `jit_epi_leave` (`leave; ret`) and `jit_epi_mov` (`mov rsp, rbp; pop
 //! rbp; ret`), then ends with `pop rbp; ret` itself. One GDB session per format.

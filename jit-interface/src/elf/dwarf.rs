@@ -3,7 +3,8 @@
 //! section (only unit lengths are patched afterwards).
 //!
 //! One compile unit per source file (functions without a file share a unit named
-//! [`NO_FILE_UNIT`] without a line program); in it the base types its variables use, then a
+//! [`NO_FILE_UNIT`] without a line program), with [`PRODUCER`] when it holds x86-64 code
+//! whose epilogues were not declared; in it the base types its variables use, then a
 //! subprogram per function with its parameters, locals, lexical blocks and call sites, then
 //! declarations of the functions outside the object that its call sites name.
 //!
@@ -32,7 +33,27 @@ use std::collections::HashMap;
 use super::bytes::{extend_small, offset32, patch_length, Put, Small};
 use super::layout::{adjacent_ranges, Layout, Unit, MAX_PADDING, NO_FILE_UNIT};
 use crate::error::Result;
-use crate::model::{BaseType, CallTarget, CfaBase, Function, LineRow, Location, VariableKind};
+use crate::model::{
+    BaseType, CallTarget, CfaBase, Frame, Function, LineRow, Location, UnwindRow, VariableKind,
+};
+
+/// `DW_AT_producer` of an x86-64 unit holding a function whose epilogues were not declared
+/// (see [`needs_ret_heuristic`]).
+///
+/// The unit's CFI describes such a function's body up to its end, which is wrong on the
+/// `ret` after `pop rbp` / `leave` (rbp holds the caller's value by then). GDB's amd64
+/// epilogue unwinder gets that instruction right (a `ret` at the PC: CFA = rsp + 8), and
+/// GDB runs it ahead of the CFI only for units whose epilogue CFI it does not trust: GDB 13
+/// for every unit but GCC 4.5 and later, GDB 16 only for GCC before 4.5
+/// (`epilogue_unwind_valid` of the compunit, set in `dwarf2/read.c` from the producer;
+/// without a producer GDB 16 trusts the CFI and skips the caller frame there). GDB reads
+/// "GNU <word> <major>.<minor>" as GCC <major>.<minor>, so this string makes both versions
+/// keep their unwinder for these units. The other things GDB keys on a GCC version do not
+/// apply to what we write: before 4.3, a unit without `DW_AT_comp_dir` has its absolute
+/// name split into directory and name (hence 4.4, not an older one); before 4.6,
+/// C++ members are public by default (we write none). Units whose functions all have their
+/// epilogues described carry no producer: GDB 16 follows their CFI.
+pub(super) const PRODUCER: &str = "GNU jit-gdb 4.4";
 
 /// Line program parameters: the usual ones (GCC, LLVM), suited to small address and line
 /// steps.
@@ -121,9 +142,15 @@ enum Abbrev {
     TailCallUnknown,
     /// A function outside the object that a call site names.
     Declaration,
+    /// The four unit forms again, with [`PRODUCER`] (last, so that the codes of the others
+    /// stay what they were).
+    UnitRangeProducer,
+    UnitRangeLinesProducer,
+    UnitRangesProducer,
+    UnitRangesLinesProducer,
 }
 
-const ABBREV_COUNT: usize = Abbrev::Declaration as usize;
+const ABBREV_COUNT: usize = Abbrev::UnitRangesLinesProducer as usize;
 // Every code is one byte of ULEB128 (see `subprogram`).
 const _: () = assert!(ABBREV_COUNT < 0x80);
 
@@ -149,6 +176,10 @@ impl Abbrev {
         Abbrev::TailCallAddress,
         Abbrev::TailCallUnknown,
         Abbrev::Declaration,
+        Abbrev::UnitRangeProducer,
+        Abbrev::UnitRangeLinesProducer,
+        Abbrev::UnitRangesProducer,
+        Abbrev::UnitRangesLinesProducer,
     ];
 
     /// Tag, whether the entry has children, attributes and their forms.
@@ -156,6 +187,7 @@ impl Abbrev {
         use dw::*;
         const NAME: (DwAt, DwForm) = (DW_AT_name, DW_FORM_string);
         const LANGUAGE: (DwAt, DwForm) = (DW_AT_language, DW_FORM_data1);
+        const PRODUCER: (DwAt, DwForm) = (DW_AT_producer, DW_FORM_string);
         const LOW: (DwAt, DwForm) = (DW_AT_low_pc, DW_FORM_addr);
         // DWARF 4: a constant high_pc is the size.
         const HIGH: (DwAt, DwForm) = (DW_AT_high_pc, DW_FORM_udata);
@@ -196,6 +228,26 @@ impl Abbrev {
                 DW_TAG_compile_unit,
                 true,
                 &[NAME, LANGUAGE, LOW, RANGES, LINES],
+            ),
+            Abbrev::UnitRangeProducer => (
+                DW_TAG_compile_unit,
+                true,
+                &[NAME, PRODUCER, LANGUAGE, LOW, HIGH],
+            ),
+            Abbrev::UnitRangeLinesProducer => (
+                DW_TAG_compile_unit,
+                true,
+                &[NAME, PRODUCER, LANGUAGE, LOW, HIGH, LINES],
+            ),
+            Abbrev::UnitRangesProducer => (
+                DW_TAG_compile_unit,
+                true,
+                &[NAME, PRODUCER, LANGUAGE, LOW, RANGES],
+            ),
+            Abbrev::UnitRangesLinesProducer => (
+                DW_TAG_compile_unit,
+                true,
+                &[NAME, PRODUCER, LANGUAGE, LOW, RANGES, LINES],
             ),
             Abbrev::Subprogram => (DW_TAG_subprogram, false, SUBPROGRAM),
             Abbrev::SubprogramWithChildren => (DW_TAG_subprogram, true, SUBPROGRAM),
@@ -311,6 +363,7 @@ pub(super) fn growing_abbreviations(out: &mut Vec<u8>) {
         true,
         &[
             (dw::DW_AT_name, dw::DW_FORM_string),
+            (dw::DW_AT_producer, dw::DW_FORM_string),
             (dw::DW_AT_language, dw::DW_FORM_data1),
             (dw::DW_AT_low_pc, dw::DW_FORM_addr),
             (dw::DW_AT_ranges, dw::DW_FORM_sec_offset),
@@ -347,11 +400,13 @@ pub(super) fn open_subprogram(name: u32, low: u64, size: u32) -> Option<[u8; 16]
 
 /// Writes the header and top entry of an open unit (see [`OPEN_UNIT_CODE`]) for `file`
 /// with its line program at `stmt_list` and its range list at `ranges`; its length is
-/// patched by the caller.
+/// patched by the caller. An open unit always carries [`PRODUCER`]: functions join it later,
+/// with or without declared epilogues (even as copied FDE bytes, without their frame).
 pub(super) fn open_unit(out: &mut Vec<u8>, file: &str, stmt_list: u32, ranges: u32) {
     out.extend_from_slice(&[0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 8]);
     out.u8(OPEN_UNIT_CODE);
     out.cstr(file);
+    out.cstr(PRODUCER);
     out.u8(dw::DW_LANG_C99.0 as u8);
     // Base address 0: the range list holds absolute addresses.
     out.u64(0);
@@ -364,12 +419,20 @@ pub(super) fn open_unit(out: &mut Vec<u8>, file: &str, stmt_list: u32, ranges: u
 /// terminating 0).
 pub(super) fn plain_unit_children(info: &[u8]) -> Option<usize> {
     let unit_len = u32::from_le_bytes(info.get(..4)?.try_into().ok()?) as usize;
-    if unit_len + 4 != info.len() || *info.get(11)? != Abbrev::UnitRangeLines as u8 {
+    let producer = match *info.get(11)? {
+        c if c == Abbrev::UnitRangeLines as u8 => false,
+        c if c == Abbrev::UnitRangeLinesProducer as u8 => true,
+        _ => return None,
+    };
+    if unit_len + 4 != info.len() {
         return None;
     }
-    // Code, name, language, low address, ULEB128 size, line program offset.
+    // Code, name, producer (if any), language, low address, ULEB128 size, line program
+    // offset.
     let mut at = 12;
-    at += info.get(at..)?.iter().position(|&b| b == 0)? + 1;
+    for _ in 0..1 + usize::from(producer) {
+        at += info.get(at..)?.iter().position(|&b| b == 0)? + 1;
+    }
     at += 1 + 8;
     at += info.get(at..)?.iter().position(|&b| b & 0x80 == 0)? + 1;
     at += 4;
@@ -483,26 +546,30 @@ fn compile_unit(
         only = (lo, hi);
     });
     let lines = stmt_list.is_some();
+    let producer = members
+        .iter()
+        .any(|&i| needs_ret_heuristic(&layout.function(i)));
+    let name = unit.file.unwrap_or(NO_FILE_UNIT);
     if count == 1 {
         ranges.truncate(ranges_at);
         let (lo, hi) = only;
-        info.entry(if lines {
-            Abbrev::UnitRangeLines
-        } else {
-            Abbrev::UnitRange
+        info.entry(match (lines, producer) {
+            (true, false) => Abbrev::UnitRangeLines,
+            (false, false) => Abbrev::UnitRange,
+            (true, true) => Abbrev::UnitRangeLinesProducer,
+            (false, true) => Abbrev::UnitRangeProducer,
         });
-        info.out.cstr(unit.file.unwrap_or(NO_FILE_UNIT));
-        info.out.u8(dw::DW_LANG_C99.0 as u8);
+        unit_name(info.out, name, producer);
         info.out.u64(lo);
         info.out.uleb(hi - lo);
     } else {
-        info.entry(if lines {
-            Abbrev::UnitRangesLines
-        } else {
-            Abbrev::UnitRanges
+        info.entry(match (lines, producer) {
+            (true, false) => Abbrev::UnitRangesLines,
+            (false, false) => Abbrev::UnitRanges,
+            (true, true) => Abbrev::UnitRangesLinesProducer,
+            (false, true) => Abbrev::UnitRangesProducer,
         });
-        info.out.cstr(unit.file.unwrap_or(NO_FILE_UNIT));
-        info.out.u8(dw::DW_LANG_C99.0 as u8);
+        unit_name(info.out, name, producer);
         // Base address 0: the range list holds absolute addresses.
         info.out.u64(0);
         info.out.u32(offset32(
@@ -535,6 +602,38 @@ fn compile_unit(
     }
     info.out.u8(0);
     patch_length(info.out, start, ".debug_info")
+}
+
+/// A unit's name, [`PRODUCER`] if `producer`, and its language.
+fn unit_name(out: &mut Vec<u8>, name: &str, producer: bool) {
+    out.cstr(name);
+    if producer {
+        out.cstr(PRODUCER);
+    }
+    out.u8(dw::DW_LANG_C99.0 as u8);
+}
+
+/// Is `f` x86-64 code whose CFI is wrong on its `ret`, so that its unit needs GDB's amd64
+/// epilogue unwinder ([`PRODUCER`])? Its rows leave the entry rule (CFA = rsp + 8) and never
+/// come back to it: a default frame, a frame-pointer frame without declared epilogues, or
+/// explicit rows without their epilogue's. (On the `ret` of any function the entry rule
+/// holds, so the unwinder is right for the unit's other functions too.)
+pub(super) fn needs_ret_heuristic(f: &Function<'_>) -> bool {
+    use crate::arch::x86_64::ENTRY;
+    if f.arch() != crate::model::Arch::X86_64 {
+        return false;
+    }
+    let entry = |r: &&UnwindRow| {
+        (r.cfa_base, r.cfa_offset, r.fp_offset) == (ENTRY.cfa_base, ENTRY.cfa_offset, 0)
+    };
+    match f.frame() {
+        Frame::Default => true,
+        Frame::FramePointer { epilogues, .. } => epilogues.is_empty(),
+        Frame::Rows(rows) => {
+            let mut after_entry = rows.iter().skip_while(entry);
+            after_entry.next().is_some() && !after_entry.any(|r| entry(&r))
+        }
+    }
 }
 
 /// The subprograms of `members` when no function of the payload has children: each one
@@ -1427,6 +1526,94 @@ mod tests {
             (subs[0].unit.as_str(), subs[0].name.as_str()),
             ("empty.js", "f")
         );
+    }
+
+    /// Units holding an x86-64 function whose CFI is wrong on its `ret` (no epilogue
+    /// declared) carry [`super::PRODUCER`]; units whose functions all end right, and aarch64
+    /// units (GDB has no such unwinder there), carry none.
+    #[test]
+    fn producer_marks_units_with_undeclared_epilogues() {
+        use crate::model::{Arch, UnwindRow};
+        let entry = UnwindRow::X86_64_ENTRY;
+        let pushed = UnwindRow {
+            offset: 1,
+            cfa_offset: 16,
+            fp_offset: -16,
+            ..entry
+        };
+        let mut o = JitObject::new();
+        let mut at = 0x1000;
+        let mut add = |o: &mut JitObject, file: &str| {
+            let f = o.add_function(&format!("f{at:x}"), at, 0x10).unwrap();
+            o.set_lines(f, file, &rows(&[(0, 1)])).unwrap();
+            at += 0x10;
+            f
+        };
+        // A default frame (rbp-based throughout).
+        add(&mut o, "default.js");
+        let f = add(&mut o, "fp.js");
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        let f = add(&mut o, "declared.js");
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        o.add_epilogue(f, 14, 15).unwrap();
+        // Rows that go back to the entry rule before the `ret`, and rows that do not.
+        let f = add(&mut o, "rows_back.js");
+        let back = UnwindRow {
+            offset: 14,
+            ..entry
+        };
+        o.set_unwind(f, &[entry, pushed, back]).unwrap();
+        let f = add(&mut o, "rows_open.js");
+        o.set_unwind(f, &[entry, pushed]).unwrap();
+        // Never leaves the entry rule (a leaf without a frame).
+        let f = add(&mut o, "leaf.js");
+        o.set_unwind(f, &[entry]).unwrap();
+        // One undeclared function marks its whole unit.
+        let f = add(&mut o, "mixed.js");
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        o.add_epilogue(f, 14, 15).unwrap();
+        add(&mut o, "mixed.js");
+        let mut got = Parsed::encode(&o).unit_producers();
+        got.sort();
+        let p = Some(super::PRODUCER.to_string());
+        assert_eq!(
+            got,
+            [
+                ("declared.js".into(), None),
+                ("default.js".into(), p.clone()),
+                ("fp.js".into(), p.clone()),
+                ("leaf.js".into(), None),
+                ("mixed.js".into(), p.clone()),
+                ("rows_back.js".into(), None),
+                ("rows_open.js".into(), p.clone()),
+            ]
+        );
+
+        let mut a = JitObject::with_arch(Arch::Aarch64);
+        let f = a.add_function("arm", 0x1000, 0x10).unwrap();
+        a.set_lines(f, "arm.js", &rows(&[(0, 1)])).unwrap();
+        a.set_frame_pointer(f, 4, 8).unwrap();
+        assert_eq!(
+            Parsed::encode(&a).unit_producers(),
+            [("arm.js".to_string(), None)]
+        );
+    }
+
+    /// GDB takes "GNU <word> <major>.<minor>..." for GCC major.minor (`producer_is_gcc`);
+    /// the version must be before 4.5 (epilogue CFI not trusted) and not before 4.3 (unit
+    /// names split when `DW_AT_comp_dir` is missing, which ours always is).
+    #[test]
+    fn producer_reads_as_gcc_4_4_to_gdb() {
+        let rest = super::PRODUCER.strip_prefix("GNU ").expect("GNU prefix");
+        assert!(
+            !rest.starts_with("AS "),
+            "GDB takes `GNU AS` for the assembler"
+        );
+        let (word, version) = rest.split_once(' ').expect("a word, then the version");
+        assert!(!word.is_empty() && !word.contains(char::is_whitespace));
+        let (major, minor) = version.split_once('.').expect("major.minor");
+        let minor: String = minor.chars().take_while(char::is_ascii_digit).collect();
+        assert_eq!((major.parse(), minor.parse()), (Ok(4u32), Ok(4u32)));
     }
 
     #[test]

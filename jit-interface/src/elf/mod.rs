@@ -530,6 +530,10 @@ mod pinned {
         );
         // Changed when the CIE gained `DW_CFA_undefined` for the callee-saved registers (8 bytes
         // more per payload: 60,561,440 -> 60,584,040 bytes for these 2,825 payloads).
-        assert_eq!(h, 0x8249_7dbd_1b70_7dcf);
+        // Changed when units holding a function without declared epilogues gained
+        // `DW_AT_producer` (`dwarf::PRODUCER`, for GDB 16's amd64 epilogue unwinder: 181,760
+        // bytes more, 60,584,040 -> 60,765,800; payloads whose epilogues are all declared,
+        // the benchmark's among them, are unchanged).
+        assert_eq!(h, 0xe497_d148_83cc_ee9d);
     }
 }

@@ -117,6 +117,23 @@ impl Parsed {
         Self::string(dwarf, unit, root.attr_value(gimli::DW_AT_name).unwrap())
     }
 
+    /// Each unit's name and `DW_AT_producer`, in order.
+    pub fn unit_producers(&self) -> Vec<(String, Option<String>)> {
+        let dwarf = self.dwarf();
+        let mut out = Vec::new();
+        let mut units = dwarf.units();
+        while let Some(header) = units.next().unwrap() {
+            let unit = dwarf.unit(header).unwrap();
+            let mut entries = unit.entries();
+            let root = entries.next_dfs().unwrap().unwrap();
+            let producer = root
+                .attr_value(gimli::DW_AT_producer)
+                .map(|v| Self::string(&dwarf, &unit, v));
+            out.push((Self::unit_name(&dwarf, &unit), producer));
+        }
+        out
+    }
+
     /// Every line-table row of every unit.
     pub fn lines(&self) -> Vec<Line> {
         let dwarf = self.dwarf();

@@ -725,3 +725,30 @@ fn full_payloads_and_overlaps_are_refused() {
         .unwrap();
     assert_eq!(symbols(&buf).len(), 3);
 }
+
+/// An open unit carries `dwarf::PRODUCER` whatever joins it: functions with and without
+/// declared epilogues (the latter need GDB's amd64 epilogue unwinder) share it.
+#[test]
+fn open_units_carry_the_producer() {
+    let (mut buf, mut growing) = Growing::new(None).unwrap();
+    for i in 0..4 {
+        let mut o = JitObject::new();
+        let f = o
+            .add_function(&format!("jit_function_{i}"), 0x7000_0000 + i * 64, 64)
+            .unwrap();
+        o.set_lines(f, "benchmark.js", &[LineRow { offset: 0, line: 1 }])
+            .unwrap();
+        o.set_frame_pointer(f, 1, 4).unwrap();
+        if i % 2 == 1 {
+            o.add_epilogue(f, 63, 64).unwrap();
+        }
+        assert!(growing.append(&mut buf, &o).unwrap().is_some());
+    }
+    assert!(growing.open.iter().any(Option::is_some), "no open unit");
+    let units = Parsed { bytes: buf }.unit_producers();
+    let want = ("benchmark.js", Some(crate::elf::dwarf::PRODUCER));
+    assert!(
+        !units.is_empty() && (units.iter()).all(|(name, p)| (name.as_str(), p.as_deref()) == want),
+        "{units:?}"
+    );
+}
