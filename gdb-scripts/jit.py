@@ -380,12 +380,18 @@ def _symbol_address(name):
         gdb.execute("set language c", to_string=True)
         return int(gdb.parse_and_eval("(unsigned long) &%s" % name)) & 0xFFFFFFFFFFFFFFFF
     except gdb.error as e:
-        if _NO_SYMBOL.match(str(e)):
+        # Without any symbol table (no file with debug info loaded) `p &X` says so instead.
+        if _NO_SYMBOL.match(str(e)) or str(e).startswith("No symbol table is loaded"):
             return None
         # Anything else (damaged debug info on the way): `info address` below says more.
     finally:
         gdb.execute("set language %s" % language, to_string=True)
-    text = gdb.execute("info address %s" % name, to_string=True)
+    try:
+        text = gdb.execute("info address %s" % name, to_string=True)
+    except gdb.error as e:
+        if _NO_SYMBOL.match(str(e)):
+            return None
+        raise
     m = re.search(r"\bis at (0x[0-9a-fA-F]+)", text)
     if m is None:
         m = re.search(r"\bat address (0x[0-9a-fA-F]+)", text)
@@ -1138,7 +1144,8 @@ the shared addresses: an older function gets a line for each piece it keeps."""
 # 13 on reader-made objfiles).
 
 _source_session = [None]
-_IN_MEMORY = re.compile(r"^<in-memory@(0x[0-9a-fA-F]+)>$")
+# GDB 13 names an ELF entry's objfile `<in-memory@0xSTART>`, GDB 16 `<in-memory@0xSTART-0xEND>`.
+_IN_MEMORY = re.compile(r"^<in-memory@(0x[0-9a-fA-F]+)(?:-0x[0-9a-fA-F]+)?>$")
 # Largest ELF payload whose source section is looked for (the reader reads only the
 # header, the section headers and that section).
 _MAX_ELF_PAYLOAD = 1 << 30
