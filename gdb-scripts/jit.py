@@ -986,12 +986,9 @@ def _pending_address(inf):
 def flush_deferred(quiet=False):
     """Calls the runtime's jit_gdb_flush_for_debugger if registrations are pending; returns
     how many were announced (0 if none, None if that was not possible)."""
+    if _flushing[0] or not _live_process():
+        return 0
     inf = gdb.selected_inferior()
-    if inf is None or inf.pid == 0 or _flushing[0]:
-        return 0
-    conn = getattr(inf, "connection", None)
-    if conn is not None and getattr(conn, "type", None) == "core":
-        return 0
     addr = _pending_address(inf)
     if addr is None:
         return 0

@@ -59,6 +59,16 @@ def log(msg):
     print(msg, file=sys.stderr, flush=True)
 
 
+# At a stop in scale_host_code_ready (Rust, or no debug info: C's cast syntax needs C): the
+# probe address inside the middle function, given to `break` as a number, as a user copies
+# it from a backtrace. Given as the expression itself, GDB would evaluate it again at every
+# new objfile, looking the symbol up in all of them (the breakdown table measures both).
+PROBE = "*(unsigned long *) &SCALE_HOST_PROBE"
+BREAK_AT_PROBE = ["-ex", "set language c",
+                  "-ex", f"python gdb.execute('break *0x%x' % int(gdb.parse_and_eval('{PROBE}')))",
+                  "-ex", "set language auto"]
+
+
 def last_name(n):
     return f"jit_fn_{n - 1:013}"
 
@@ -70,16 +80,8 @@ def session(mode, fmt, args, n):
         if not mode.startswith("launcher"):
             bp_before += ["-ex", f"source {SCRIPTS}"]
         bp_before += ["-ex", "break scale_host_code_ready", "-ex", f"jit break {last_name(n)}"]
-        # At the stop in scale_host_code_ready (Rust, or no debug info: C's cast syntax
-        # needs C), on an address inside the middle function, before it is registered:
-        # `break *0x...`, the number as a user copies it from a backtrace. (Given as an
-        # expression, `break *(*(unsigned long *) &SCALE_HOST_PROBE)`, GDB would evaluate it
-        # again at every new objfile, looking the symbol up in all of them: see the note
-        # after the tables.)
-        probe = "*(unsigned long *) &SCALE_HOST_PROBE"
-        bp_after = ["-ex", "set language c",
-                    "-ex", f"python gdb.execute('break *0x%x' % int(gdb.parse_and_eval('{probe}')))",
-                    "-ex", "set language auto", "-ex", "continue"]
+        # On an address inside the middle function, before it is registered.
+        bp_after = BREAK_AT_PROBE + ["-ex", "continue"]
     if mode.startswith("launcher"):
         return [LAUNCHER, "-batch", "-nx"] + bp_before + ["-ex", "run"] + bp_after + ["--", HOST] + args
     cmd = ["gdb", "-batch", "-nx"]
@@ -253,8 +255,6 @@ mi = {(fmt, launcher): mi_session(fmt, launcher) for fmt in FORMATS for launcher
 # registered) and goes; `break` stays.
 NBD = 1500 if QUICK else 3000
 STOP = ["-ex", "tbreak scale_host_code_ready"]
-ADDR = ("python gdb.execute('break *0x%x' % int(gdb.parse_and_eval("
-        "'*(unsigned long *) &SCALE_HOST_PROBE')))")
 BREAKDOWN = (
     ("none", [], []),
     ("`break scale_host_code_ready` (a native function by name)",
@@ -265,9 +265,9 @@ BREAKDOWN = (
      ["-ex", f"source {SCRIPTS}", "-ex", f"jit break {last_name(NBD)}"] + STOP,
      ["-ex", "continue"]),
     ("`break *0x...` (a JIT address)", STOP,
-     ["-ex", "set language c", "-ex", ADDR, "-ex", "set language auto", "-ex", "continue"]),
+     BREAK_AT_PROBE + ["-ex", "continue"]),
     ("`break *(*(unsigned long *) &SCALE_HOST_PROBE)` (an address given as an expression)",
-     STOP, ["-ex", "set language c", "-ex", "break *(*(unsigned long *) &SCALE_HOST_PROBE)",
+     STOP, ["-ex", "set language c", "-ex", f"break *({PROBE})",
             "-ex", "set language auto", "-ex", "continue"]),
 )
 breakdown = []
