@@ -349,6 +349,17 @@ fn code_ready(at: &[u64]) {
     scale_host_code_ready(probe);
 }
 
+/// `SCALE_HOST_MARK=M`: `reg` also prints `MARK reg I T s` each time the registered
+/// functions pass a multiple of M (I of them after T seconds), so that one run gives the
+/// growth between two sizes without a second process's noise.
+fn marks() -> Option<u64> {
+    std::env::var("SCALE_HOST_MARK")
+        .ok()?
+        .parse()
+        .ok()
+        .filter(|&m| m > 0)
+}
+
 /// Registers functions starting at `at`, `k` per object, timing the registrations; prints
 /// the `TOTAL reg` and `TOTAL merges` lines.
 fn register_at(at: &[u64], k: u64, format: Format) -> Vec<Registration> {
@@ -360,6 +371,7 @@ fn register_at(at: &[u64], k: u64, format: Format) -> Vec<Registration> {
     let c0 = thread_cpu_s();
     let f0 = thread_faults();
     let mut names = Names::new();
+    let mark = marks();
     let mut i = 0;
     while i < n {
         let mut obj = JitObject::new();
@@ -367,6 +379,10 @@ fn register_at(at: &[u64], k: u64, format: Format) -> Vec<Registration> {
             add(&mut obj, names.of(j), j, at[j as usize]);
         }
         slots[(i / k) as usize] = Some(jit_interface::register(&obj, format).expect("register"));
+        let done = (i + k).min(n);
+        if mark.is_some_and(|m| done / m > i / m) {
+            eprintln!("MARK reg {done} {:.6} s", t0.elapsed().as_secs_f64());
+        }
         i += k;
     }
     let dt = t0.elapsed().as_secs_f64();
