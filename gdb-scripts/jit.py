@@ -983,6 +983,21 @@ def _pending_address(inf):
     return _pending_counter[inf.pid]
 
 
+def _read_u64(inf, name):
+    """A 64-bit static of the runtime by name, or None (absent, unreadable)."""
+    try:
+        text = gdb.execute("info address %s" % name, to_string=True)
+        m = re.search(r"\bis (?:static storage )?at (?:address )?(0x[0-9a-fA-F]+)", text)
+        if not m:
+            return None
+        return struct.unpack("<q", bytes(inf.read_memory(int(m.group(1), 16), 8)))[0]
+    except (gdb.error, gdb.MemoryError):
+        return None
+
+
+_told_vector_state = [False]
+
+
 def flush_deferred(quiet=False):
     """Calls the runtime's jit_gdb_flush_for_debugger if registrations are pending; returns
     how many were announced (0 if none, None if that was not possible)."""
@@ -1001,6 +1016,7 @@ def flush_deferred(quiet=False):
     _flushing[0] = True
     language = gdb.parameter("language")
     locking = gdb.parameter("scheduler-locking")
+    calls = _read_u64(inf, "jit_gdb_flush_calls")
     try:
         # Only this thread runs the call: the flush never waits for the registry lock (it
         # answers -1 when another thread holds it).
@@ -1008,13 +1024,30 @@ def flush_deferred(quiet=False):
         gdb.execute("set language c", to_string=True)
         n = int(gdb.parse_and_eval("(long) jit_gdb_flush_for_debugger()"))
     except gdb.error as e:
-        if not quiet:
-            gdb.write("jit: %d deferred registration(s) not announced: %s\n" % (pending, e))
-        return None
+        # GDB 13 reports an error AFTER the call on CPUs with AMX state: it cannot write the
+        # vector registers back ("Couldn't write extended state status"). The runtime saved
+        # and restored them itself, and its counters say whether the call ran.
+        after = _read_u64(inf, "jit_gdb_flush_calls")
+        if calls is not None and after is not None and after > calls:
+            n = _read_u64(inf, "jit_gdb_flush_result")
+            if not _told_vector_state[0] and "extended state" in str(e):
+                _told_vector_state[0] = True
+                gdb.write("jit: this GDB could not write the vector registers back after "
+                          "calling jit_gdb_flush_for_debugger (%s); the runtime restored them "
+                          "itself, the program's values are as they were\n" % e)
+        else:
+            if not quiet:
+                gdb.write("jit: %d deferred registration(s) not announced: %s\n" % (pending, e))
+            return None
     finally:
         gdb.execute("set language %s" % language, to_string=True)
         gdb.execute("set scheduler-locking %s" % locking, to_string=True)
         _flushing[0] = False
+    if n is None:
+        if not quiet:
+            gdb.write("jit: %d deferred registration(s): the flush ran, its result is "
+                      "unreadable\n" % pending)
+        return None
     if n < 0:
         if not quiet:
             gdb.write(

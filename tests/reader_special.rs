@@ -525,6 +525,50 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
     t.assert_contains(Some("pending"), "= 0");
 }
 
+/// The flush our scripts call at a stop runs code in the program: the program's vector
+/// registers must be as they were afterwards. GDB 13 cannot write them back on CPUs with
+/// AMX state (it says "Couldn't write extended state status" after the call); the runtime
+/// saves and restores them itself around the flush. Checked on every machine (where GDB
+/// can restore them, both do).
+#[test]
+fn deferred_flush_leaves_the_vector_registers_as_they_were() {
+    if !require_tool("gdb", "reader_deferred_vector_state") {
+        return;
+    }
+    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let dir = TempDir::new("reader-deferred-vectors");
+    // The scripts are loaded once stopped, so that the flush is made on demand, between two
+    // readings of the registers.
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("before", ["info registers vector"])
+        .cmd(script)
+        .section("flush", ["python print('flushed', flush_deferred())"])
+        .section("after", ["info registers vector"])
+        .section("bt", ["bt"])
+        .run();
+    let (before, after) = (t.section("before"), t.section("after"));
+    if !before.contains("mm0 ") {
+        t.fail("`info registers vector` shows no xmm0, ymm0 or zmm0: nothing to compare");
+    }
+    if before != after {
+        t.fail("the flush changed the program's vector registers");
+    }
+    t.assert_contains(Some("flush"), "flushed 1");
+    t.assert_not_contains(Some("flush"), "not announced");
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+}
+
 /// Deferred mode with `max_delay`: the timer thread announces pending registrations while
 /// the runtime registers nothing more, so plain GDB (no scripts) names them at the stop.
 #[test]

@@ -72,9 +72,10 @@ mod state;
 mod territory;
 #[cfg(test)]
 mod tests;
+mod vector_state;
 
 use std::ops::DerefMut;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
@@ -607,6 +608,7 @@ pub struct Deferral {
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
+    vector_state::prepare();
     registry().set_deferral(deferral);
 }
 
@@ -627,14 +629,33 @@ pub fn flush() -> usize {
 #[used]
 pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
 
+/// How many times [`jit_gdb_flush_for_debugger`] has returned, and what it returned last:
+/// debugger scripts read them when the debugger reports an error after the call (GDB 13
+/// cannot write the vector registers back on CPUs with AMX state, and says so after the
+/// call ran).
+#[no_mangle]
+#[used]
+pub static jit_gdb_flush_calls: AtomicU64 = AtomicU64::new(0);
+#[no_mangle]
+#[used]
+pub static jit_gdb_flush_result: AtomicI64 = AtomicI64::new(0);
+
 /// For debugger scripts, called from the debugger while the process is stopped: announces
 /// pending deferred registrations, unless the registry is busy (a thread was stopped inside
 /// it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
-/// were announced.
+/// were announced. The calling thread's vector registers are saved and restored around it
+/// (`vector_state`): the program goes on with the values it had, whatever the debugger
+/// manages to restore.
 #[no_mangle]
 pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
+    // Nothing else here: the guard's assembly must run before any code that may use vector
+    // registers.
+    vector_state::guarded(flush_for_debugger_unguarded)
+}
+
+extern "C" fn flush_for_debugger_unguarded() -> i64 {
     // A panic must not unwind into the debugger's inferior call: -1, as when busy.
-    std::panic::catch_unwind(|| {
+    let n = std::panic::catch_unwind(|| {
         let lock = REGISTRY.get_or_init(Mutex::default);
         match lock.try_lock() {
             Ok(mut st) => st.flush_now() as i64,
@@ -642,5 +663,8 @@ pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
             Err(TryLockError::WouldBlock) => -1,
         }
     })
-    .unwrap_or(-1)
+    .unwrap_or(-1);
+    jit_gdb_flush_result.store(n, Ordering::Relaxed);
+    jit_gdb_flush_calls.fetch_add(1, Ordering::Release);
+    n
 }
