@@ -760,6 +760,7 @@ breakpoint. `jit break` without argument lists the pending requests."""
             return
         _pending.append((pattern, rx))
         _install_hook()
+        _sync_announce_each()
         gdb.write(
             "jit: no JIT function matches %r yet; breakpoint pending until one is registered.\n"
             % pattern
@@ -777,6 +778,8 @@ def _resolve_pending(funcs):
         else:
             still.append((pattern, rx))
     _pending[:] = still
+    if not still:
+        _sync_announce_each()
 
 
 def _on_new_objfile(event):
@@ -819,6 +822,7 @@ class _RegisterHook(gdb.Breakpoint):
         _hook_stop[0] = True
         if not _pending:
             return False
+        _sync_announce_each()
         try:
             _addr, version, action, relevant, _first = read_descriptor()
             if version == 1 and action == _JIT_REGISTER and relevant:
@@ -837,6 +841,47 @@ class _RegisterHook(gdb.Breakpoint):
 _hooks = []
 # Set by the hook's stop, cleared when the inferior resumes or goes.
 _hook_stop = [False]
+# pid -> [address of the runtime's jit_gdb_announce_each or None, the value written there]
+_announce_each = {}
+
+
+def _sync_announce_each():
+    """A runtime in deferred mode announces registrations in groups, so a pending request
+    would see a function only after its code may have run: while requests are pending, the
+    scripts set the runtime's `jit_gdb_announce_each`, which makes it announce every
+    registration at once (deferral is then suspended), and clear it when none is left."""
+    if not _live_process():
+        return
+    inf = gdb.selected_inferior()
+    state = _announce_each.get(inf.pid)
+    if state is None:
+        # Runs in new_objfile events too, while GDB starts the program: `_symbol_address`
+        # tries an expression first (see there).
+        try:
+            addr = _symbol_address("jit_gdb_announce_each")
+        except gdb.error:
+            addr = None
+        if len(_announce_each) > 64:
+            _announce_each.clear()
+        state = _announce_each[inf.pid] = [addr, None]
+    want = 1 if _pending else 0
+    if state[0] is None or state[1] == want:
+        return
+    try:
+        inf.write_memory(state[0], bytes([want]))
+        state[1] = want
+    except (gdb.error, gdb.MemoryError) as e:
+        gdb.write("jit: could not ask the runtime to announce each registration (%s): a "
+                  "pending jit break may see deferred code only after it ran\n" % e)
+
+
+def _on_new_objfile_announce(event):
+    """A runtime loaded (at start-up or by dlopen) may define the flag: look again."""
+    if _is_jit_objfile(event.new_objfile):
+        return
+    _announce_each.pop(getattr(gdb.selected_inferior(), "pid", 0), None)
+    if _pending:
+        _sync_announce_each()
 
 
 def _live_process():
@@ -890,6 +935,7 @@ def _on_stop_hook(_event):
     """At a stop the user sees (no breakpoint may be deleted in a breakpoint's `stop`): a
     hook no request needs goes, a hook by name becomes one by address."""
     try:
+        _sync_announce_each()
         if not _pending:
             _drop_hooks()
         else:
@@ -952,6 +998,8 @@ def _on_exiting(_event):
 
 
 gdb.events.stop.connect(_on_stop_hook)
+gdb.events.new_objfile.connect(_on_new_objfile_announce)
+gdb.events.exited.connect(lambda _event: _announce_each.clear())
 gdb.events.cont.connect(_on_resume)
 if hasattr(gdb.events, "gdb_exiting"):
     gdb.events.gdb_exiting.connect(_on_exiting)

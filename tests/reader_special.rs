@@ -525,6 +525,36 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
     t.assert_contains(Some("pending"), "= 0");
 }
 
+/// A `jit break` request waiting for a function must stop in it even when the runtime
+/// defers announcements: the scripts set the runtime's `jit_gdb_announce_each` while a
+/// request is pending, so that the registration is announced (and the breakpoint placed)
+/// before the code runs, and clear it once none is left.
+#[test]
+fn pending_jit_break_stops_in_code_registered_in_deferred_mode() {
+    if !require_tool("gdb", "reader_deferred_jit_break") {
+        return;
+    }
+    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let dir = TempDir::new("reader-deferred-break");
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd(script)
+        .cmd("jit break jit_deferred_outer")
+        .cmd("break reader_host_break")
+        .section("first", ["run"])
+        .section("bt", ["bt"])
+        .cmd("set language c")
+        .section("flag", ["p *(unsigned char *) &jit_gdb_announce_each"])
+        .section("second", ["continue"])
+        .run();
+    t.assert_contains(Some("first"), "(pending 'jit_deferred_outer' resolved)");
+    t.assert_contains(Some("first"), "jit_deferred_outer () at ");
+    t.assert_not_contains(Some("first"), "reader_host_break (n=");
+    assert_frames(&t, "bt", &["jit_deferred_outer", "reader_host_run"]);
+    // Resolved: the runtime defers again.
+    t.assert_contains(Some("flag"), "= 0");
+    t.assert_contains(Some("second"), "reader_host_break (n=");
+}
+
 /// The flush our scripts call at a stop runs code in the program: the program's vector
 /// registers must be as they were afterwards. GDB 13 cannot write them back on CPUs with
 /// AMX state (it says "Couldn't write extended state status" after the call); the runtime

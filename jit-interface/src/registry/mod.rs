@@ -75,7 +75,7 @@ mod tests;
 mod vector_state;
 
 use std::ops::DerefMut;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Duration;
 
@@ -605,6 +605,8 @@ pub struct Deferral {
 /// appended in place to a batch entry (listed at once, so attach and core files see them) and
 /// an attached debugger reads them at the next announcement. ELF registrations and objects of
 /// 64 functions or more are announced at once as usual.
+/// While our GDB scripts have a `jit break` request waiting, they suspend deferral
+/// ([`jit_gdb_announce_each`]).
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
@@ -628,6 +630,13 @@ pub fn flush() -> usize {
 #[no_mangle]
 #[used]
 pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
+
+/// Set by debugger scripts while a `jit break` request waits for a function to be
+/// registered: deferred mode then announces every registration at once (as outside it), so
+/// that the request sees new code before the code can run. Our GDB scripts set and clear it.
+#[no_mangle]
+#[used]
+pub static jit_gdb_announce_each: AtomicBool = AtomicBool::new(false);
 
 /// How many times [`jit_gdb_flush_for_debugger`] has returned, and what it returned last:
 /// debugger scripts read them when the debugger reports an error after the call (GDB 13

@@ -103,7 +103,10 @@ impl Context {
             budget_spent: READ_BY_READER.load(Ordering::Relaxed) >= reader_budget(),
             ..Context::read(
                 descriptor::debugger_attached(),
-                DEFERRED.load(Ordering::Relaxed),
+                // A debugger's `jit break` waiting for a function needs every registration
+                // announced before its code runs.
+                DEFERRED.load(Ordering::Relaxed)
+                    && !super::jit_gdb_announce_each.load(Ordering::Relaxed),
             )
         }
     }
