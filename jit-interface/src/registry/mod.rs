@@ -606,7 +606,7 @@ pub struct Deferral {
 /// an attached debugger reads them at the next announcement. ELF registrations and objects of
 /// 64 functions or more are announced at once as usual.
 /// While our GDB scripts have a `jit break` request waiting, they suspend deferral
-/// ([`jit_gdb_announce_each`]).
+/// (the exported static `jit_gdb_announce_each`).
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
