@@ -301,7 +301,9 @@ const char *jit_perf_error(void);
  * For debugger scripts, called from the debugger while the process is stopped: announces
  * pending deferred registrations, unless the registry is busy (a thread was stopped inside
  * it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
- * were announced.
+ * were announced. The calling thread's vector registers are saved and restored around it:
+ * the program goes on with the values it had, whatever the debugger manages to restore
+ * (GDB 13 cannot write them back on CPUs with AMX state).
  */
 int64_t jit_gdb_flush_for_debugger(void);
 

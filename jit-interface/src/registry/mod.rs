@@ -652,9 +652,9 @@ pub static jit_gdb_flush_result: AtomicI64 = AtomicI64::new(0);
 /// For debugger scripts, called from the debugger while the process is stopped: announces
 /// pending deferred registrations, unless the registry is busy (a thread was stopped inside
 /// it: then nothing happens and -1 is returned, rather than a deadlock). Returns how many
-/// were announced. The calling thread's vector registers are saved and restored around it
-/// (`vector_state`): the program goes on with the values it had, whatever the debugger
-/// manages to restore.
+/// were announced. The calling thread's vector registers are saved and restored around it:
+/// the program goes on with the values it had, whatever the debugger manages to restore
+/// (GDB 13 cannot write them back on CPUs with AMX state).
 #[no_mangle]
 pub extern "C" fn jit_gdb_flush_for_debugger() -> i64 {
     // Nothing else here: the guard's assembly must run before any code that may use vector
