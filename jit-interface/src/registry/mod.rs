@@ -334,6 +334,12 @@ impl<L: DebuggerList> State<L> {
             // Other live code lies between this object's functions: its sections stop there.
             self.reencode_own(object, &mut own)?;
         }
+        if !ctx.attached && self.pending_entries() > 0 {
+            // Pending ELF entries, but no debugger now: the one that deferred them went
+            // away. They become ordinary entries before one attaches and reads them (see
+            // `State::flush`), so that none is unlinked silently under a debugger that read it.
+            self.flush(ctx);
+        }
         let id = self.new_member(own.model.take())?;
         if route.encoding == Format::Compact {
             let key = self.fresh_live_key();
@@ -375,7 +381,7 @@ impl<L: DebuggerList> State<L> {
                     return Err(e);
                 }
             },
-            Path::InPlace | Path::Entry => None,
+            Path::InPlace | Path::Entry | Path::Pending => None,
         };
         let functions = object.functions().len();
         let batch_id = match placed {
@@ -392,13 +398,16 @@ impl<L: DebuggerList> State<L> {
                 self.rewrite(ctx, b);
             }
         }
-        if placed.is_none() && !route.entry.alone {
+        let pending = placed.is_none() && route.path == Path::Pending;
+        if pending {
+            self.note_pending_entry(batch_id);
+        } else if placed.is_none() && !route.entry.alone {
             if route.entry.merge_waiting_compact {
                 self.merge_waiting(ctx, Format::Compact, 0);
             }
             self.level_push(ctx, route.encoding, 0, batch_id);
         }
-        if quiet {
+        if quiet || pending {
             self.flush_if_due(ctx);
         }
         Ok((id, own.payload_len))
@@ -479,6 +488,8 @@ impl<L: DebuggerList> State<L> {
         };
         let kind = if route.entry.alone {
             Kind::Sealed
+        } else if route.path == Path::Pending {
+            Kind::Pending
         } else {
             Kind::Merging { level: 0 }
         };
