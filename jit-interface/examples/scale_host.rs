@@ -42,8 +42,8 @@
 //! (pseudo-random, the same every run), as real runtimes do (default: contiguous; `churn`
 //! keeps its fixed slots).
 //! With `SCALE_HOST_DEFERRED=M` the
-//! registry runs in deferred mode, announcing every M registrations (`reg` flushes the rest
-//! at the end, timed as `TOTAL flush`).
+//! registry runs in deferred mode, announcing every M registrations, compact or ELF (`reg`
+//! flushes the rest at the end, timed as `TOTAL flush`).
 
 use std::time::Instant;
 

@@ -39,9 +39,11 @@
 //!
 //! **Deferred mode** ([`set_deferred`]) is for runtimes that register bursts of small objects
 //! one by one under a debugger: compact records are then appended in place even while a
-//! debugger is attached (in the list at once, so attach and core files see them) and
+//! debugger is attached, small ELF objects get entries of their own linked without a stop
+//! (`Kind::Pending`; in the list at once, so attach and core files see them), and all are
 //! announced together ([`flush`], or when `max_pending` registrations or `max_delay` are
-//! reached), one stop for many. Our GDB scripts (and so the `jit-gdb` launcher) announce
+//! reached), one stop for many: pending ELF entries are merged into one announced entry and
+//! unlinked silently (the debugger never read them). Our GDB scripts (and so the `jit-gdb` launcher) announce
 //! pending registrations whenever the program stops, through `jit_gdb_flush_for_debugger`.
 //!
 //! ## Layout
@@ -611,10 +613,13 @@ pub struct Deferral {
 }
 
 /// Turns deferred mode on (`Some`) or off (`None`: pending registrations are announced
-/// now). In deferred mode small compact registrations never stop the process: they are
-/// appended in place to a batch entry (listed at once, so attach and core files see them) and
-/// an attached debugger reads them at the next announcement. ELF registrations and objects of
-/// 64 functions or more are announced at once as usual.
+/// now). In deferred mode small registrations never stop the process: compact ones are
+/// appended in place to a batch entry, ELF ones get an entry of their own that is linked but
+/// not announced (GDB reads ELF payloads lazily from memory, so one it was told about is
+/// never changed); either way they are listed at once (attach and core files see them) and
+/// an attached debugger reads them at the next announcement, pending ELF entries merged into
+/// one (one stop, one resolution of every breakpoint, for the whole group). Objects of 64
+/// functions or more are announced at once as usual.
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
