@@ -752,6 +752,48 @@ fn deferred_elf_registrations_are_linked_then_announced_merged() {
     assert_eq!(listed(&st), kept);
 }
 
+/// A pending ELF entry whose sections span a gap that new code is put in is re-encoded
+/// around it silently and stays pending; the flush announces both.
+#[test]
+fn a_pending_elf_entry_spanning_a_gap_is_rewritten_silently() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    st.set_deferral(Some(Deferral {
+        max_pending: 1000,
+        max_delay: None,
+    }));
+    let base = 0x5c4e_0000_0000u64;
+    // Two functions 1 KiB apart in one object: its section spans the gap between them.
+    let mut o = JitObject::new();
+    for (k, at) in [(0u64, base), (1, base + 1024)] {
+        let f = o.add_function(&format!("span_{k:04}"), at, 64).unwrap();
+        o.set_frame_pointer(f, 1, 4).unwrap();
+    }
+    reg(&mut st, &o, Format::Elf);
+    assert_eq!(st.list.take_ops(), [Op::LinkSilently]);
+    // New code in that gap.
+    reg(&mut st, &one("span_0002", base + 512, None), Format::Elf);
+    let ops = st.list.take_ops();
+    assert!(
+        ops.iter()
+            .all(|op| matches!(op, Op::LinkSilently | Op::UnlinkSilently)),
+        "{ops:?}"
+    );
+    assert_eq!(
+        ops.len(),
+        3,
+        "the new entry, and the old one swapped: {ops:?}"
+    );
+    assert_eq!(st.list.hook_calls, 0);
+    assert_eq!(st.pending, 2);
+    assert_sections_cover_only_their_own(&st);
+    assert_eq!(st.flush_now(), 2);
+    assert_eq!(st.list.stops, 1);
+    assert_eq!(st.list.entries.len(), 1);
+    assert_eq!(listed(&st), names("span", 0..3));
+    assert_sections_cover_only_their_own(&st);
+}
+
 /// Pending ELF and compact registrations are announced by the same flush, and a debugger
 /// gone before the flush turns pending ELF entries into ordinary ones at the next
 /// registration (a debugger attaching later reads them; none is unlinked silently then).
