@@ -531,12 +531,25 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
 /// before the code runs, and clear it once none is left.
 #[test]
 fn pending_jit_break_stops_in_code_registered_in_deferred_mode() {
-    if !require_tool("gdb", "reader_deferred_jit_break") {
+    pending_jit_break_in_deferred_mode("compact");
+}
+
+/// The same with ELF registrations (pending ones are linked but not announced).
+#[test]
+fn pending_jit_break_stops_in_elf_code_registered_in_deferred_mode() {
+    pending_jit_break_in_deferred_mode("elf");
+}
+
+fn pending_jit_break_in_deferred_mode(format: &str) {
+    if !require_tool("gdb", &format!("reader_deferred_jit_break_{format}")) {
         return;
     }
     let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
-    let dir = TempDir::new("reader-deferred-break");
+    let dir = TempDir::new(&format!("reader-deferred-break-{format}"));
     let t = gdb_on(dir.path(), "deferred")
+        .cmd(format!(
+            "set environment READER_HOST_DEFERRED_FORMAT={format}"
+        ))
         .cmd(script)
         .cmd("jit break jit_deferred_outer")
         .cmd("break reader_host_break")
@@ -597,6 +610,106 @@ fn deferred_flush_leaves_the_vector_registers_as_they_were() {
             "reader_host_run",
         ],
     );
+}
+
+/// Deferred mode, ELF: each registration's entry is listed at once but not announced. Plain
+/// GDB (no scripts) knows neither function before a flush and both after it (one entry
+/// announced for both); a core file taken before the flush lists them.
+#[test]
+fn deferred_elf_registrations_are_announced_only_at_the_flush() {
+    if !require_tool("gdb", "reader_deferred_elf") {
+        return;
+    }
+    let dir = TempDir::new("reader-deferred-elf");
+    let core = dir.path().join("deferred-elf.core");
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd("set environment READER_HOST_DEFERRED_FORMAT=elf")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt before", ["bt"])
+        .cmd("set language c")
+        .section("pending", ["p *(long *) &jit_gdb_pending"])
+        .cmd(format!("gcore {}", core.display()))
+        // As our scripts do. (GDB may print no value here: on some kernels it cannot
+        // restore the registers' extended state after the call, which is harmless.)
+        .cmd("p (long) jit_gdb_flush_for_debugger()")
+        .section("pending after", ["p *(long *) &jit_gdb_pending"])
+        .section("bt after", ["bt"])
+        .cmd("kill")
+        .run();
+    let before = t.gdb_bt("bt before");
+    if let Some(f) = before
+        .iter()
+        .find(|f| f.is("jit_deferred_outer") || f.is("jit_deferred_inner"))
+    {
+        t.fail(&format!(
+            "plain GDB knows a pending ELF registration before the flush: {f:?}"
+        ));
+    }
+    t.assert_contains(Some("pending"), "= 2");
+    t.assert_contains(Some("pending after"), "= 0");
+    assert_frames(
+        &t,
+        "bt after",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+    // The core file (taken while both were pending) lists them.
+    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
+        .arg("inspect")
+        .arg(&core)
+        .arg("--exe")
+        .arg(host())
+        .arg("--list")
+        .output()
+        .expect("run jit-gdb inspect");
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    for name in ["jit_deferred_inner", "jit_deferred_outer"] {
+        assert!(
+            text.contains(name),
+            "{name} missing from the core's list:\n{text}"
+        );
+    }
+}
+
+/// Deferred mode, ELF, with our GDB scripts: they flush at every stop, so the stop in the
+/// just-registered pending code names the whole chain.
+#[test]
+fn deferred_elf_registrations_are_announced_at_the_stop_by_the_scripts() {
+    if !require_tool("gdb", "reader_deferred_elf_scripts") {
+        return;
+    }
+    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let dir = TempDir::new("reader-deferred-elf-scripts");
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd(script)
+        .cmd("set environment READER_HOST_DEFERRED_FORMAT=elf")
+        .cmd("break reader_host_break")
+        .cmd("run")
+        .section("bt", ["bt"])
+        .cmd("set language c")
+        .section("pending", ["p *(long *) &jit_gdb_pending"])
+        .run();
+    assert_frames(
+        &t,
+        "bt",
+        &[
+            "reader_host_break",
+            "jit_deferred_inner",
+            "jit_deferred_outer",
+            "reader_host_run",
+        ],
+    );
+    t.assert_contains(Some("pending"), "= 0");
 }
 
 /// Deferred mode with `max_delay`: the timer thread announces pending registrations while

@@ -42,9 +42,9 @@
 //! (pseudo-random, the same every run), as real runtimes do (default: contiguous; `churn`
 //! keeps its fixed slots).
 //! With `SCALE_HOST_DEFERRED=M` the
-//! registry runs in deferred mode, announcing every M registrations (`reg` flushes the rest
-//! at the end, timed as `TOTAL flush`). `SCALE_HOST_MARK=M`: `reg` also prints `MARK reg I T s`
-//! each time the registered functions pass a multiple of M.
+//! registry runs in deferred mode, announcing every M registrations, compact or ELF (`reg`
+//! flushes the rest at the end, timed as `TOTAL flush`). `SCALE_HOST_MARK=M`: `reg` also
+//! prints `MARK reg I T s` each time the registered functions pass a multiple of M.
 
 use std::time::Instant;
 

@@ -776,12 +776,14 @@ pub unsafe extern "C" fn jit_unregister_many(regs: *const *mut jit_registration,
     })
 }
 
-/// Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact
+/// Deferred mode (see the Rust `set_deferred`): with `max_pending` > 0, small compact and ELF
 /// registrations made while a debugger is attached no longer stop the process each; they
 /// are listed at once (attach and core files see them) and announced to the debugger
 /// together, when `max_pending` of them are pending, `max_delay_ms` after the oldest
 /// pending one (0: no time limit; a timer thread, `jit-gdb-flush`, announces them then),
-/// on `jit_flush`, or when the program stops under our GDB scripts. `max_pending` 0 turns deferred mode off and
+/// on `jit_flush`, or when the program stops under our GDB scripts. Small ELF registrations
+/// are deferred too: each gets an entry of its own, listed but not announced, and a flush
+/// announces one entry merging them all. `max_pending` 0 turns deferred mode off and
 /// announces what is pending. Returns 0.
 #[no_mangle]
 pub extern "C" fn jit_set_deferred(max_pending: usize, max_delay_ms: u32) -> c_int {

@@ -72,6 +72,25 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 /// `entry` points to a valid entry that is in no list, whose payload stays valid and whose
 /// address stays stable until [`unlink`] has returned for it.
 pub(crate) unsafe fn link(entry: *mut JitCodeEntry) {
+    // SAFETY: the caller keeps the contract.
+    unsafe { link_as(entry, true) }
+}
+
+/// Links `entry` at the head of the list without telling the debugger (deferred mode: an
+/// attached debugger reads it only if it walks the list, on attach or in a core file).
+///
+/// # Safety
+/// As [`link`].
+pub(crate) unsafe fn link_silently(entry: *mut JitCodeEntry) {
+    // SAFETY: the caller keeps the contract.
+    unsafe { link_as(entry, false) }
+}
+
+/// [`link`], telling the debugger if `announce`.
+///
+/// # Safety
+/// As [`link`].
+unsafe fn link_as(entry: *mut JitCodeEntry, announce: bool) {
     let _guard = lock();
     // SAFETY: the descriptor is a process-wide global only modified under LIST_LOCK (by this
     // library); `entry` and the list's entries are valid per this function's contract.
@@ -84,7 +103,9 @@ pub(crate) unsafe fn link(entry: *mut JitCodeEntry) {
             (*head).prev_entry = entry;
         }
         (*d).first_entry = entry;
-        notify(d, entry, JIT_REGISTER_FN);
+        if announce {
+            notify(d, entry, JIT_REGISTER_FN);
+        }
     }
 }
 
@@ -94,6 +115,26 @@ pub(crate) unsafe fn link(entry: *mut JitCodeEntry) {
 /// # Safety
 /// `entry` was linked with [`link`] and not unlinked since.
 pub(crate) unsafe fn unlink(entry: *mut JitCodeEntry) {
+    // SAFETY: the caller keeps the contract.
+    unsafe { unlink_as(entry, true) }
+}
+
+/// Unlinks `entry` without telling the debugger: for an entry linked with
+/// [`link_silently`] and never announced (a debugger that was told about nothing has
+/// nothing to drop).
+///
+/// # Safety
+/// As [`unlink`].
+pub(crate) unsafe fn unlink_silently(entry: *mut JitCodeEntry) {
+    // SAFETY: the caller keeps the contract.
+    unsafe { unlink_as(entry, false) }
+}
+
+/// [`unlink`], telling the debugger if `announce`.
+///
+/// # Safety
+/// As [`unlink`].
+unsafe fn unlink_as(entry: *mut JitCodeEntry, announce: bool) {
     let _guard = lock();
     // SAFETY: as in `link`; `entry` is in the list, so its neighbours are valid entries.
     unsafe {
@@ -108,7 +149,9 @@ pub(crate) unsafe fn unlink(entry: *mut JitCodeEntry) {
             (*next).prev_entry = prev;
         }
         // GDB reads the entry it is told about, so it stays intact until the hook returned.
-        notify(d, entry, JIT_UNREGISTER_FN);
+        if announce {
+            notify(d, entry, JIT_UNREGISTER_FN);
+        }
         (*entry).next_entry = ptr::null_mut();
         (*entry).prev_entry = ptr::null_mut();
     }
@@ -167,6 +210,18 @@ pub(crate) trait DebuggerList {
     /// As [`unlink`].
     unsafe fn unlink(&mut self, entry: *mut JitCodeEntry);
 
+    /// Links `entry` at the head of the list, telling the debugger nothing.
+    ///
+    /// # Safety
+    /// As [`link`].
+    unsafe fn link_silently(&mut self, entry: *mut JitCodeEntry);
+
+    /// Unlinks `entry`, never announced, telling the debugger nothing.
+    ///
+    /// # Safety
+    /// As [`unlink`].
+    unsafe fn unlink_silently(&mut self, entry: *mut JitCodeEntry);
+
     /// Puts `new` in `old`'s place and tells the debugger.
     ///
     /// # Safety
@@ -200,6 +255,18 @@ impl DebuggerList for ProcessList {
     unsafe fn unlink(&mut self, entry: *mut JitCodeEntry) {
         // SAFETY: the caller keeps `unlink`'s contract.
         unsafe { unlink(entry) }
+    }
+
+    #[inline]
+    unsafe fn link_silently(&mut self, entry: *mut JitCodeEntry) {
+        // SAFETY: the caller keeps `link`'s contract.
+        unsafe { link_silently(entry) }
+    }
+
+    #[inline]
+    unsafe fn unlink_silently(&mut self, entry: *mut JitCodeEntry) {
+        // SAFETY: the caller keeps `unlink`'s contract.
+        unsafe { unlink_silently(entry) }
     }
 
     #[inline]

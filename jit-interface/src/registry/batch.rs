@@ -51,6 +51,12 @@ pub(super) enum Kind {
     Grown(Box<GrowingIndex>),
     /// The end split off another batch (see `State::peel`), counted in `State::peeled`.
     Peeled,
+    /// A small ELF registration's own entry in deferred mode under a debugger: linked (attach
+    /// and core files see it) but not announced. At the next flush the pending entries are
+    /// merged into one announced entry and these are unlinked silently (GDB reads an ELF
+    /// entry lazily from memory, so one it was told about is never changed; one it was not
+    /// told about it never read). Counted in `State::pending`.
+    Pending,
 }
 
 /// Where a member's data is in its batch. Kept once per registered object, and every byte

@@ -1,16 +1,17 @@
-//! Deferred mode: small compact registrations are appended in place even under a debugger
-//! (listed at once, so attach and core files see them) and announced together: at
-//! `flush`, when `max_pending` are pending, or `max_delay` after the oldest (a timer
-//! thread), one stop for many.
+//! Deferred mode: small compact registrations are appended in place even under a debugger,
+//! small ELF ones get entries of their own linked without a stop (listed at once, so attach
+//! and core files see them), and all are announced together: at `flush`, when `max_pending`
+//! are pending, or `max_delay` after the oldest (a timer thread), one stop for many.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
+use super::batch::Kind;
 use super::quiet::OPEN_CAPACITY;
 use super::route::{Context, DEFERRED};
 use super::state::State;
-use super::{jit_gdb_pending, Deferral, REGISTRY};
+use super::{jit_gdb_pending, Deferral, Format, REGISTRY};
 use crate::descriptor::DebuggerList;
 
 /// Wakes the timer thread: the settings changed or a first registration became pending.
@@ -89,22 +90,43 @@ impl<L: DebuggerList> State<L> {
                 self.pending_batches.push(batch_id);
             }
             b.pending += 1;
-            self.pending += 1;
-            if self.pending_since.is_none() {
-                self.pending_since = Some(Instant::now());
-                // Only the process's registry has a timer (`timer_loop` flushes it).
-                if L::PROCESS && self.deferred.is_some_and(|d| d.max_delay.is_some()) {
-                    // Started only now, under a debugger: a program that never has one
-                    // (or runs under valgrind) never gets the thread.
-                    start_timer();
-                }
-                // The timer sleeps until something is pending.
-                if L::PROCESS {
-                    TIMER_WAKE.notify_all();
-                }
-            }
-            self.publish_pending();
+            self.count_pending();
         }
+    }
+
+    /// A small ELF registration got entry `batch_id` of its own, linked but not announced
+    /// (`Kind::Pending`): it is announced, merged with the others, at the next flush.
+    pub(super) fn note_pending_entry(&mut self, batch_id: u64) {
+        if let Some(b) = self.batches.get_mut(batch_id) {
+            b.pending = 1;
+            self.pending_elf.push(batch_id);
+            self.count_pending();
+        }
+    }
+
+    /// How many pending ELF entries there are.
+    #[inline]
+    pub(super) fn pending_entries(&self) -> usize {
+        self.pending_elf.len()
+    }
+
+    /// One registration more is pending.
+    fn count_pending(&mut self) {
+        self.pending += 1;
+        if self.pending_since.is_none() {
+            self.pending_since = Some(Instant::now());
+            // Only the process's registry has a timer (`timer_loop` flushes it).
+            if L::PROCESS && self.deferred.is_some_and(|d| d.max_delay.is_some()) {
+                // Started only now, under a debugger: a program that never has one
+                // (or runs under valgrind) never gets the thread.
+                start_timer();
+            }
+            // The timer sleeps until something is pending.
+            if L::PROCESS {
+                TIMER_WAKE.notify_all();
+            }
+        }
+        self.publish_pending();
     }
 
     /// Announces what is pending if `max_pending` or `max_delay` is reached.
@@ -130,8 +152,32 @@ impl<L: DebuggerList> State<L> {
 
     /// Announces every pending batch (if a debugger is still attached: one that attached
     /// meanwhile read them on attach anyway). Returns how many registrations were pending.
+    ///
+    /// Pending ELF entries are merged into one new entry, announced (one stop), which joins
+    /// the merge tree's level 1 as a merge of level-0 entries would; they are then unlinked
+    /// silently: the debugger was never told about them. Without a debugger they stay as
+    /// they are, as ordinary level-0 entries (a debugger that attaches reads them all).
     pub(super) fn flush(&mut self, ctx: &Context) -> usize {
         let n = self.pending;
+        let entries = std::mem::take(&mut self.pending_elf);
+        for &b in &entries {
+            if let Some(b) = self.batches.get_mut(b) {
+                b.pending = 0;
+            }
+        }
+        if !entries.is_empty() {
+            if ctx.attached {
+                // Unlinks them silently (`unlink_batch`: they are `Kind::Pending`).
+                self.merge(ctx, Format::Elf, 0, entries);
+            } else {
+                for b in entries {
+                    if let Some(batch) = self.batches.get_mut(b) {
+                        batch.kind = Kind::Merging { level: 0 };
+                    }
+                    self.level_push(ctx, Format::Elf, 0, b);
+                }
+            }
+        }
         let batches = std::mem::take(&mut self.pending_batches);
         if n > 0 && ctx.attached {
             for b in batches {
@@ -166,6 +212,7 @@ impl<L: DebuggerList> State<L> {
                 self.pending -= b.pending;
                 b.pending = 0;
                 self.pending_batches.retain(|&p| p != batch_id);
+                self.pending_elf.retain(|&p| p != batch_id);
                 if self.pending == 0 {
                     self.pending_since = None;
                 }

@@ -281,6 +281,15 @@ impl<L: DebuggerList> State<L> {
             // ELF object): keep those entries as they are, and stop trying.
             for b in &ids {
                 if let Some(batch) = self.batches.get_mut(*b) {
+                    if matches!(batch.kind, Kind::Pending) {
+                        // Deferred, never announced: announced now, each on its own.
+                        // SAFETY: linked silently (`link_new`), still linked; linked again
+                        // at once, its cell and payload unchanged.
+                        unsafe {
+                            self.list.unlink_silently(batch.entry());
+                            self.list.link(batch.entry());
+                        }
+                    }
                     batch.kind = Kind::Sealed;
                 }
             }

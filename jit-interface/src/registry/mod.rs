@@ -39,9 +39,11 @@
 //!
 //! **Deferred mode** ([`set_deferred`]) is for runtimes that register bursts of small objects
 //! one by one under a debugger: compact records are then appended in place even while a
-//! debugger is attached (in the list at once, so attach and core files see them) and
+//! debugger is attached, small ELF objects get entries of their own linked without a stop
+//! (`Kind::Pending`; in the list at once, so attach and core files see them), and all are
 //! announced together ([`flush`], or when `max_pending` registrations or `max_delay` are
-//! reached), one stop for many. Our GDB scripts (and so the `jit-gdb` launcher) announce
+//! reached), one stop for many: pending ELF entries are merged into one announced entry and
+//! unlinked silently (the debugger never read them). Our GDB scripts (and so the `jit-gdb` launcher) announce
 //! pending registrations whenever the program stops, through `jit_gdb_flush_for_debugger`.
 //!
 //! ## Layout
@@ -335,6 +337,12 @@ impl<L: DebuggerList> State<L> {
             // Other live code lies between this object's functions: its sections stop there.
             self.reencode_own(object, &mut own)?;
         }
+        if !ctx.attached && self.pending_entries() > 0 {
+            // Pending ELF entries, but no debugger now: the one that deferred them went
+            // away. They become ordinary entries before one attaches and reads them (see
+            // `State::flush`), so that none is unlinked silently under a debugger that read it.
+            self.flush(ctx);
+        }
         let id = self.new_member(own.model.take())?;
         if route.encoding == Format::Compact {
             let key = self.fresh_live_key();
@@ -376,7 +384,7 @@ impl<L: DebuggerList> State<L> {
                     return Err(e);
                 }
             },
-            Path::InPlace | Path::Entry => None,
+            Path::InPlace | Path::Entry | Path::Pending => None,
         };
         let functions = object.functions().len();
         let batch_id = match placed {
@@ -393,13 +401,16 @@ impl<L: DebuggerList> State<L> {
                 self.rewrite(ctx, b);
             }
         }
-        if placed.is_none() && !route.entry.alone {
+        let pending = placed.is_none() && route.path == Path::Pending;
+        if pending {
+            self.note_pending_entry(batch_id);
+        } else if placed.is_none() && !route.entry.alone {
             if route.entry.merge_waiting_compact {
                 self.merge_waiting(ctx, Format::Compact, 0);
             }
             self.level_push(ctx, route.encoding, 0, batch_id);
         }
-        if quiet {
+        if quiet || pending {
             self.flush_if_due(ctx);
         }
         Ok((id, own.payload_len))
@@ -480,6 +491,8 @@ impl<L: DebuggerList> State<L> {
         };
         let kind = if route.entry.alone {
             Kind::Sealed
+        } else if route.path == Path::Pending {
+            Kind::Pending
         } else {
             Kind::Merging { level: 0 }
         };
@@ -601,10 +614,13 @@ pub struct Deferral {
 }
 
 /// Turns deferred mode on (`Some`) or off (`None`: pending registrations are announced
-/// now). In deferred mode small compact registrations never stop the process: they are
-/// appended in place to a batch entry (listed at once, so attach and core files see them) and
-/// an attached debugger reads them at the next announcement. ELF registrations and objects of
-/// 64 functions or more are announced at once as usual.
+/// now). In deferred mode small registrations never stop the process: compact ones are
+/// appended in place to a batch entry, ELF ones get an entry of their own that is linked but
+/// not announced (GDB reads ELF payloads lazily from memory, so one it was told about is
+/// never changed); either way they are listed at once (attach and core files see them) and
+/// an attached debugger reads them at the next announcement, pending ELF entries merged into
+/// one (one stop, one resolution of every breakpoint, for the whole group). Objects of 64
+/// functions or more are announced at once as usual.
 /// While our GDB scripts have a `jit break` request waiting, they suspend deferral
 /// (the exported static `jit_gdb_announce_each`).
 pub fn set_deferred(deferral: Option<Deferral>) {

@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::batch::{position_of, EntryCell};
+use super::batch::{position_of, EntryCell, Kind};
 use super::quiet::OPEN_CAPACITY;
 use super::route::{self, Context, Leaving, Removal};
 use super::state::State;
@@ -126,7 +126,14 @@ impl<L: DebuggerList> State<L> {
     /// drops the old entry and reads the new one. Under a debugger a sealed compact batch is
     /// rewritten as ELF (see `build_as_elf`).
     pub(super) fn rewrite(&mut self, ctx: &Context, batch_id: u64) {
-        self.drop_pending(batch_id);
+        let Some(batch) = self.batches.get(batch_id) else {
+            return;
+        };
+        // A pending ELF entry is rewritten silently and stays pending (`swap_payload`);
+        // other batches are announced whole by the rewrite.
+        if !matches!(batch.kind, Kind::Pending) {
+            self.drop_pending(batch_id);
+        }
         let Some(batch) = self.batches.get(batch_id) else {
             return;
         };

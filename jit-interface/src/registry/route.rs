@@ -153,6 +153,9 @@ pub(super) enum Path {
     Grow,
     /// An entry of its own, linked now: one stop under a debugger.
     Entry,
+    /// An ELF entry of its own, linked now without a stop (deferred mode under a debugger):
+    /// merged with the other pending ones into one announced entry at the next flush.
+    Pending,
 }
 
 /// An entry of a registration's own.
@@ -176,7 +179,9 @@ pub(super) struct Entry {
 /// without one, a small ELF object that a growing payload can take is appended to it. Under
 /// a debugger (outside deferred mode) a small object gets an entry of its own, read at once,
 /// merged `FAN_IN` at a time; once the reader budget is spent, a compact one is announced
-/// as ELF there. Big objects get an entry of their own for good.
+/// as ELF there. In deferred mode under a debugger a small ELF object gets an entry of its
+/// own linked without a stop, announced merged with the others at the next flush. Big
+/// objects get an entry of their own for good.
 #[inline]
 pub(super) fn route(ctx: &Context, object: &Shape) -> Route {
     let small = object.functions < BIG_OBJECT;
@@ -194,6 +199,8 @@ pub(super) fn route(ctx: &Context, object: &Shape) -> Route {
         Path::Grow
     } else if encoding == Format::Compact && small && (!ctx.attached || ctx.deferred) {
         Path::InPlace
+    } else if encoding == Format::Elf && small && ctx.attached && ctx.deferred {
+        Path::Pending
     } else {
         Path::Entry
     };
@@ -325,7 +332,11 @@ mod tests {
             ((true, true, false), (COMPACT, 1, false), (COMPACT, InPlace, false, false, true, false)),
             ((true, true, true), (COMPACT, 1, false), (COMPACT, InPlace, false, false, true, false)),
             ((true, true, false), (COMPACT, 64, false), (COMPACT, Entry, true, false, false, false)),
-            ((true, true, false), (ELF, 1, true), (ELF, Entry, false, false, false, false)),
+            // ... and small ELF objects pending (linked, announced at the next flush).
+            ((true, true, false), (ELF, 1, true), (ELF, Pending, false, false, false, false)),
+            ((true, true, false), (ELF, 63, false), (ELF, Pending, false, false, false, false)),
+            ((true, true, true), (ELF, 1, true), (ELF, Pending, false, false, false, false)),
+            ((true, true, false), (ELF, 64, true), (ELF, Entry, true, false, false, false)),
             ((false, true, false), (COMPACT, 1, false), (COMPACT, InPlace, false, false, false, false)),
             ((false, true, false), (ELF, 1, true), (ELF, Grow, false, false, false, false)),
         ];

@@ -223,6 +223,9 @@ pub(super) struct State<L = ProcessList> {
     /// batches holding them, and when the oldest was appended.
     pub(super) pending: usize,
     pub(super) pending_batches: Vec<u64>,
+    /// The pending ELF entries (`Kind::Pending`, one registration each, `pending` 1 each),
+    /// in registration order.
+    pub(super) pending_elf: Vec<u64>,
     pub(super) pending_since: Option<Instant>,
     pub(super) merge_stats: MergeStats,
     /// A merge is running (`merge` nests: see there).
@@ -386,12 +389,19 @@ impl<L: DebuggerList> State<L> {
         buf: Vec<u8>,
         members: Vec<Slot>,
     ) -> u64 {
+        let silent = matches!(kind, Kind::Pending);
         let mut batch = Batch::new(cell, format, kind, buf, members);
         batch.point_entry();
         // SAFETY: the cell is boxed (stable address) and its payload is owned by the same
         // batch, never reallocated while linked; both live until the entry is unlinked or
         // replaced (`unlink_batch`, `swap_payload`, `republish`, `regrow`).
-        unsafe { self.list.link(batch.entry()) };
+        unsafe {
+            if silent {
+                self.list.link_silently(batch.entry());
+            } else {
+                self.list.link(batch.entry());
+            }
+        }
         let batch_id = self.batches.insert(batch);
         if let Some(batch) = self.batches.get(batch_id) {
             for s in &batch.members {
@@ -420,7 +430,14 @@ impl<L: DebuggerList> State<L> {
         }
         // SAFETY: linked when created (`link_new`) or swapped in (`swap_payload`,
         // `republish`, `regrow`), unlinked only here, which also takes it out of `batches`.
-        unsafe { self.list.unlink(batch.entry()) };
+        unsafe {
+            if matches!(batch.kind, Kind::Pending) {
+                // Never announced: the debugger has nothing to drop.
+                self.list.unlink_silently(batch.entry());
+            } else {
+                self.list.unlink(batch.entry());
+            }
+        }
         let level = batch.merge_level();
         if let Some(level) = level {
             if let Some(list) = self.levels.get_mut(&(batch.format as u8, level)) {
@@ -458,7 +475,16 @@ impl<L: DebuggerList> State<L> {
         // SAFETY: the old cell is linked; the new one is boxed and points at `buf`, and both
         // take the old ones' place in the batch right after (the old payload is freed only
         // then, after the debugger was told).
-        unsafe { self.list.replace(batch.entry(), cell.entry.get()) };
+        unsafe {
+            if matches!(batch.kind, Kind::Pending) {
+                // Still not announced (the debugger never read the old payload): swapped
+                // silently, announced at the next flush as the others.
+                self.list.unlink_silently(batch.entry());
+                self.list.link_silently(cell.entry.get());
+            } else {
+                self.list.replace(batch.entry(), cell.entry.get());
+            }
+        }
         batch.cell = cell;
         let old = std::mem::replace(&mut batch.buf, buf);
         batch.members = members;

@@ -16,6 +16,9 @@ enum Op {
     Link,
     Unlink,
     Replace,
+    /// Linked or unlinked without a hook call (deferred ELF entries).
+    LinkSilently,
+    UnlinkSilently,
     /// A size changed in place (no hook call).
     Resize,
 }
@@ -84,6 +87,19 @@ impl DebuggerList for FakeList {
             .remove(at.expect("unlinked an entry not in the list"));
         self.ops.push(Op::Unlink);
         self.hook(1);
+    }
+
+    unsafe fn link_silently(&mut self, entry: *mut JitCodeEntry) {
+        assert!(!self.entries.contains(&entry), "linked twice");
+        self.entries.insert(0, entry);
+        self.ops.push(Op::LinkSilently);
+    }
+
+    unsafe fn unlink_silently(&mut self, entry: *mut JitCodeEntry) {
+        let at = self.entries.iter().position(|&e| e == entry);
+        self.entries
+            .remove(at.expect("unlinked an entry not in the list"));
+        self.ops.push(Op::UnlinkSilently);
     }
 
     unsafe fn replace(&mut self, old: *mut JitCodeEntry, new: *mut JitCodeEntry) {
@@ -633,6 +649,215 @@ fn deferred_registrations_are_announced_together() {
     st.set_deferral(None);
     assert_eq!(st.pending, 0);
     assert_eq!(listed(&st), names("deferred", 0..55));
+}
+
+/// Deferred mode under a debugger, ELF: each small registration gets an entry of its own,
+/// linked at once (attach and core files see it) but not announced; the flush announces one
+/// entry holding all of them and unlinks the small ones silently (GDB never read them).
+#[test]
+fn deferred_elf_registrations_are_linked_then_announced_merged() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    st.set_deferral(Some(Deferral {
+        max_pending: 1000,
+        max_delay: None,
+    }));
+    let base = 0x5c48_0000_0000u64;
+    // Gaps between functions (64 bytes after each), half with lines in a file.
+    let object = |i: u64| {
+        let file = (i % 2 == 0).then_some("d.js");
+        one(&format!("delf_{i:04}"), base + i * 128, file)
+    };
+    let mut ids = Vec::new();
+    for i in 0..50u64 {
+        ids.push(reg(&mut st, &object(i), Format::Elf));
+    }
+    assert_eq!(st.list.take_ops(), [Op::LinkSilently; 50]);
+    assert_eq!(st.list.hook_calls, 0, "nothing announced");
+    assert_eq!(st.pending, 50);
+    assert_eq!(st.list.entries.len(), 50);
+    assert_eq!(listed(&st), names("delf", 0..50), "listed at once");
+    // A pending one unregistered: unlinked silently.
+    st.remove(ids[7]);
+    assert_eq!(st.list.take_ops(), [Op::UnlinkSilently]);
+    assert_eq!(st.list.hook_calls, 0);
+    assert_eq!(st.pending, 49);
+    // The flush: one announced entry holding the 49, the small ones unlinked silently.
+    assert_eq!(st.flush_now(), 49);
+    let mut want = vec![Op::Link];
+    want.extend([Op::UnlinkSilently; 49]);
+    assert_eq!(st.list.take_ops(), want);
+    assert_eq!(st.list.stops, 1, "one stop for 49 registrations");
+    assert_eq!(st.pending, 0);
+    assert_eq!(st.list.entries.len(), 1);
+    let mut kept = names("delf", 0..50);
+    kept.retain(|n| n != "delf_0007");
+    assert_eq!(listed(&st), kept);
+    assert_sections_cover_only_their_own(&st);
+    // The merged entry waits at the merge tree's level 1, as merged level-0 entries do.
+    let merged = st
+        .member_ref(ids[0])
+        .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
+        .map(|b| b.merge_level());
+    assert_eq!(merged, Some(Some(1)));
+    // Unregistering from the announced entry is an ordinary (announced) rewrite.
+    st.remove(ids[8]);
+    assert_eq!(st.list.take_ops(), [Op::Replace]);
+    kept.retain(|n| n != "delf_0008");
+    assert_eq!(listed(&st), kept);
+
+    // `max_pending` reached: announced by the registration that reaches it. FAN_IN such
+    // flushes fill level 1, merged into one sealed entry.
+    st.set_deferral(Some(Deferral {
+        max_pending: 4,
+        max_delay: None,
+    }));
+    let stops = st.list.stops;
+    let n = 4 * FAN_IN as u64;
+    for i in 50..50 + n {
+        reg(&mut st, &object(i), Format::Elf);
+    }
+    assert_eq!(st.pending, 0);
+    let ops = st.list.take_ops();
+    let links = ops.iter().filter(|op| **op == Op::Link).count();
+    let silent = ops.iter().filter(|op| **op == Op::UnlinkSilently).count();
+    assert_eq!(silent, n as usize, "every small entry unlinked silently");
+    // One link per flush, and one for the level-1 merge.
+    assert_eq!(links, FAN_IN + 1);
+    assert!(
+        st.list.stops - stops <= 2 * FAN_IN + 4,
+        "{} stops for {n} registrations",
+        st.list.stops - stops
+    );
+    assert!(
+        st.list.entries.len() <= 3,
+        "{} entries",
+        st.list.entries.len()
+    );
+    kept.extend(names("delf", 50..50 + n));
+    kept.sort();
+    assert_eq!(listed(&st), kept);
+    assert_sections_cover_only_their_own(&st);
+
+    // Turning deferred mode off announces what is pending.
+    let next = 50 + n;
+    reg(&mut st, &object(next), Format::Elf);
+    assert_eq!(st.pending, 1);
+    st.list.take_ops();
+    st.set_deferral(None);
+    assert_eq!(st.pending, 0);
+    assert_eq!(st.list.take_ops(), [Op::Link, Op::UnlinkSilently]);
+    kept.push(format!("delf_{next:04}"));
+    kept.sort();
+    assert_eq!(listed(&st), kept);
+}
+
+/// A pending ELF entry whose sections span a gap that new code is put in is re-encoded
+/// around it silently and stays pending; the flush announces both.
+#[test]
+fn a_pending_elf_entry_spanning_a_gap_is_rewritten_silently() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    st.set_deferral(Some(Deferral {
+        max_pending: 1000,
+        max_delay: None,
+    }));
+    let base = 0x5c4e_0000_0000u64;
+    // Two functions 1 KiB apart in one object: its section spans the gap between them.
+    let mut o = JitObject::new();
+    for (k, at) in [(0u64, base), (1, base + 1024)] {
+        let f = o.add_function(&format!("span_{k:04}"), at, 64).unwrap();
+        o.set_frame_pointer(f, 1, 4).unwrap();
+    }
+    reg(&mut st, &o, Format::Elf);
+    assert_eq!(st.list.take_ops(), [Op::LinkSilently]);
+    // New code in that gap.
+    reg(&mut st, &one("span_0002", base + 512, None), Format::Elf);
+    let ops = st.list.take_ops();
+    assert!(
+        ops.iter()
+            .all(|op| matches!(op, Op::LinkSilently | Op::UnlinkSilently)),
+        "{ops:?}"
+    );
+    assert_eq!(
+        ops.len(),
+        3,
+        "the new entry, and the old one swapped: {ops:?}"
+    );
+    assert_eq!(st.list.hook_calls, 0);
+    assert_eq!(st.pending, 2);
+    assert_sections_cover_only_their_own(&st);
+    assert_eq!(st.flush_now(), 2);
+    assert_eq!(st.list.stops, 1);
+    assert_eq!(st.list.entries.len(), 1);
+    assert_eq!(listed(&st), names("span", 0..3));
+    assert_sections_cover_only_their_own(&st);
+}
+
+/// Pending ELF and compact registrations are announced by the same flush, and a debugger
+/// gone before the flush turns pending ELF entries into ordinary ones at the next
+/// registration (a debugger attaching later reads them; none is unlinked silently then).
+#[test]
+fn pending_elf_entries_without_a_debugger_become_ordinary() {
+    let mut st = Fake::default();
+    st.list.attached = true;
+    st.set_deferral(Some(Deferral {
+        max_pending: 1000,
+        max_delay: None,
+    }));
+    let base = 0x5c4c_0000_0000u64;
+    for i in 0..6u64 {
+        let format = if i % 2 == 0 {
+            Format::Elf
+        } else {
+            Format::Compact
+        };
+        reg(
+            &mut st,
+            &one(&format!("mix_{i:04}"), base + i * 64, None),
+            format,
+        );
+    }
+    assert_eq!(
+        st.pending, 5,
+        "the first compact one opened its batch (a stop)"
+    );
+    assert_eq!(st.flush_now(), 5);
+    assert_eq!(st.pending, 0);
+    assert_eq!(listed(&st), names("mix", 0..6));
+    // Pending ELF entries, then the debugger goes.
+    let mut ids = Vec::new();
+    for i in 6..9u64 {
+        ids.push(reg(
+            &mut st,
+            &one(&format!("mix_{i:04}"), base + i * 64, None),
+            Format::Elf,
+        ));
+    }
+    assert_eq!(st.pending, 3);
+    st.list.attached = false;
+    reg(&mut st, &one("mix_0009", base + 9 * 64, None), Format::Elf);
+    assert_eq!(st.pending, 0, "nothing pending once the debugger is gone");
+    for id in ids {
+        let kind = st
+            .member_ref(id)
+            .and_then(|m| st.batches.get(st.batches.id_at(m.batch)))
+            .map(|b| &b.kind);
+        assert!(matches!(kind, Some(Kind::Merging { level: 0 })));
+    }
+    st.list.take_ops();
+    // A debugger attaches (it reads the whole list); nothing is unlinked silently after.
+    st.list.attached = true;
+    assert_eq!(st.flush_now(), 0);
+    reg(&mut st, &one("mix_0010", base + 10 * 64, None), Format::Elf);
+    st.flush_now();
+    let ops = st.list.take_ops();
+    assert_eq!(
+        ops.iter().filter(|op| **op == Op::UnlinkSilently).count(),
+        1,
+        "only the entry registered under this debugger: {ops:?}"
+    );
+    assert_eq!(listed(&st), names("mix", 0..11));
 }
 
 /// Without a debugger, a recent ELF object leaving the growing payload rolls it back (the

@@ -50,6 +50,8 @@
 //!   Under plain GDB the pending frame is unnamed until something announces it; our GDB
 //!   scripts do at the stop. `READER_HOST_MAX_PENDING=1` makes the registry announce as
 //!   soon as one registration is pending.
+//!   `READER_HOST_DEFERRED_FORMAT=elf` registers both as ELF: each gets an entry of its own,
+//!   listed but not announced, so neither is known to plain GDB before a flush.
 //!
 //! - `gaps p-first|q-first`: two compact entries interleaved in one file's gaps, as a runtime
 //!   that reuses freed slots leaves them: P holds `jit_gap_outer` (+0x000) and
@@ -597,8 +599,17 @@ fn real_main() -> Result<(), String> {
             let starts = buf.place(&[&inner, &probe])?;
             let outer = frame_pointer_fn("jit_deferred_outer", starts[0]);
             let starts = buf.place(&[&inner, &outer])?;
-            let _i = register(&[(&inner, starts[0])], &file, Format::Compact)?;
-            let _o = register(&[(&outer, starts[1])], &file, Format::Compact)?;
+            let format = match std::env::var("READER_HOST_DEFERRED_FORMAT").as_deref() {
+                Ok("elf") => Format::Elf,
+                Err(_) | Ok("compact") => Format::Compact,
+                Ok(v) => {
+                    return Err(format!(
+                        "READER_HOST_DEFERRED_FORMAT: {v}: not elf or compact"
+                    ))
+                }
+            };
+            let _i = register(&[(&inner, starts[0])], &file, format)?;
+            let _o = register(&[(&outer, starts[1])], &file, format)?;
             if max_delay.is_some() {
                 let pending = jit_interface::pending;
                 let t0 = std::time::Instant::now();
