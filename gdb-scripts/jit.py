@@ -822,7 +822,9 @@ class _RegisterHook(gdb.Breakpoint):
         _hook_stop[0] = True
         if not _pending:
             return False
-        _sync_announce_each()
+        if not _announce_set[0]:
+            # Once per process (a stop per registration must stay cheap).
+            _sync_announce_each()
         try:
             _addr, version, action, relevant, _first = read_descriptor()
             if version == 1 and action == _JIT_REGISTER and relevant:
@@ -843,6 +845,9 @@ _hooks = []
 _hook_stop = [False]
 # pid -> [address of the runtime's jit_gdb_announce_each or None, the value written there]
 _announce_each = {}
+# True once the flag is known set (or absent) in the current process while requests are
+# pending; cleared whenever that may change.
+_announce_set = [False]
 
 
 def _sync_announce_each():
@@ -865,11 +870,13 @@ def _sync_announce_each():
             _announce_each.clear()
         state = _announce_each[inf.pid] = [addr, None]
     want = 1 if _pending else 0
+    _announce_set[0] = want == 1 and (state[0] is None or state[1] == 1)
     if state[0] is None or state[1] == want:
         return
     try:
         inf.write_memory(state[0], bytes([want]))
         state[1] = want
+        _announce_set[0] = want == 1
     except (gdb.error, gdb.MemoryError) as e:
         gdb.write("jit: could not ask the runtime to announce each registration (%s): a "
                   "pending jit break may see deferred code only after it ran\n" % e)
@@ -880,6 +887,7 @@ def _on_new_objfile_announce(event):
     if _is_jit_objfile(event.new_objfile):
         return
     _announce_each.pop(getattr(gdb.selected_inferior(), "pid", 0), None)
+    _announce_set[0] = False
     if _pending:
         _sync_announce_each()
 
@@ -999,7 +1007,12 @@ def _on_exiting(_event):
 
 gdb.events.stop.connect(_on_stop_hook)
 gdb.events.new_objfile.connect(_on_new_objfile_announce)
-gdb.events.exited.connect(lambda _event: _announce_each.clear())
+def _on_exited_announce(_event):
+    _announce_each.clear()
+    _announce_set[0] = False
+
+
+gdb.events.exited.connect(_on_exited_announce)
 gdb.events.cont.connect(_on_resume)
 if hasattr(gdb.events, "gdb_exiting"):
     gdb.events.gdb_exiting.connect(_on_exiting)
