@@ -184,9 +184,10 @@ w("- With GDB attached, every `register()` call links an entry of its own and no
   "registrations are merged into are ELF (GDB frees those whole), and after the first 30,000 "
   "functions small compact registrations get ELF entries of their own: the compact "
   "one-by-one rows below are compact for the first 30,000 functions, ELF after.")
-w("- Deferred mode (`set_deferred`): compact records are appended in place under GDB too and "
-  "announced in groups (here every 1,024 registrations; our GDB scripts also announce "
-  "pending ones at every stop).")
+w("- Deferred mode (`set_deferred`): compact records are appended in place under GDB too, small "
+  "ELF registrations get entries that are linked at once, and both are announced in groups "
+  "(here every 1,024 registrations; our GDB scripts also announce pending ones at every "
+  "stop).")
 w("- Unregistering under GDB rewrites only the batch holding the object and swaps the entry "
   "in place with one pointer store (GDB: drop the old objfile, read the new one).")
 w("- An ELF batch losing its first or last object (code dropped in order: oldest or newest "
