@@ -484,6 +484,14 @@ fn registrations_without_a_debugger_are_seen_on_attach_and_later_ones_announced(
     assert!(!text.contains("jit_quiet_gone"), "{text}");
 }
 
+/// The deferred scenario's call chain at its stop, innermost first.
+const DEFERRED_CHAIN: [&str; 4] = [
+    "reader_host_break",
+    "jit_deferred_inner",
+    "jit_deferred_outer",
+    "reader_host_run",
+];
+
 /// Deferred mode: registrations are listed at once but announced to GDB in groups. Plain GDB
 /// does not know the pending ones yet; our GDB scripts announce them at every stop.
 #[test]
@@ -512,16 +520,7 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
         .cmd("set language c")
         .section("pending", ["p *(long *) &jit_gdb_pending"])
         .run();
-    assert_frames(
-        &t,
-        "bt",
-        &[
-            "reader_host_break",
-            "jit_deferred_inner",
-            "jit_deferred_outer",
-            "reader_host_run",
-        ],
-    );
+    assert_frames(&t, "bt", &DEFERRED_CHAIN);
     t.assert_contains(Some("pending"), "= 0");
 }
 
@@ -600,16 +599,7 @@ fn deferred_flush_leaves_the_vector_registers_as_they_were() {
     }
     t.assert_contains(Some("flush"), "flushed 1");
     t.assert_not_contains(Some("flush"), "not announced");
-    assert_frames(
-        &t,
-        "bt",
-        &[
-            "reader_host_break",
-            "jit_deferred_inner",
-            "jit_deferred_outer",
-            "reader_host_run",
-        ],
-    );
+    assert_frames(&t, "bt", &DEFERRED_CHAIN);
 }
 
 /// Deferred mode, ELF: each registration's entry is listed at once but not announced. Plain
@@ -648,16 +638,7 @@ fn deferred_elf_registrations_are_announced_only_at_the_flush() {
     }
     t.assert_contains(Some("pending"), "= 2");
     t.assert_contains(Some("pending after"), "= 0");
-    assert_frames(
-        &t,
-        "bt after",
-        &[
-            "reader_host_break",
-            "jit_deferred_inner",
-            "jit_deferred_outer",
-            "reader_host_run",
-        ],
-    );
+    assert_frames(&t, "bt after", &DEFERRED_CHAIN);
     // The core file (taken while both were pending) lists them.
     let listed = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
         .arg("inspect")
@@ -699,16 +680,7 @@ fn deferred_elf_registrations_are_announced_at_the_stop_by_the_scripts() {
         .cmd("set language c")
         .section("pending", ["p *(long *) &jit_gdb_pending"])
         .run();
-    assert_frames(
-        &t,
-        "bt",
-        &[
-            "reader_host_break",
-            "jit_deferred_inner",
-            "jit_deferred_outer",
-            "reader_host_run",
-        ],
-    );
+    assert_frames(&t, "bt", &DEFERRED_CHAIN);
     t.assert_contains(Some("pending"), "= 0");
 }
 
@@ -733,16 +705,7 @@ fn plain_gdb_bt_in_deferred_mode(tag: &str, env: &str) -> Transcript {
         .cmd("run")
         .section("bt", ["bt"])
         .run();
-    assert_frames(
-        &t,
-        "bt",
-        &[
-            "reader_host_break",
-            "jit_deferred_inner",
-            "jit_deferred_outer",
-            "reader_host_run",
-        ],
-    );
+    assert_frames(&t, "bt", &DEFERRED_CHAIN);
     t
 }
 
