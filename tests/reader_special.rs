@@ -464,24 +464,30 @@ fn registrations_without_a_debugger_are_seen_on_attach_and_later_ones_announced(
     t.assert_not_contains(Some("gone after"), "jit_quiet_gone");
 
     // The core inspector agrees.
+    let text = inspect_list(&core);
+    for name in ["jit_quiet_inner", "jit_late_outer"] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+    assert!(!text.contains("jit_quiet_gone"), "{text}");
+}
+
+/// `jit-gdb inspect CORE --exe HOST --list`: its output (the command must succeed).
+fn inspect_list(core: &Path) -> String {
     let listed = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
         .arg("inspect")
-        .arg(&core)
+        .arg(core)
         .arg("--exe")
         .arg(host())
         .arg("--list")
         .output()
         .expect("run jit-gdb inspect");
-    let text = String::from_utf8_lossy(&listed.stdout);
+    let text = String::from_utf8_lossy(&listed.stdout).into_owned();
     assert!(
         listed.status.success(),
         "{text}{}",
         String::from_utf8_lossy(&listed.stderr)
     );
-    for name in ["jit_quiet_inner", "jit_late_outer"] {
-        assert!(text.contains(name), "{name} missing from:\n{text}");
-    }
-    assert!(!text.contains("jit_quiet_gone"), "{text}");
+    text
 }
 
 /// The deferred scenario's call chain at its stop, innermost first.
@@ -640,20 +646,7 @@ fn deferred_elf_registrations_are_announced_only_at_the_flush() {
     t.assert_contains(Some("pending after"), "= 0");
     assert_frames(&t, "bt after", &DEFERRED_CHAIN);
     // The core file (taken while both were pending) lists them.
-    let listed = std::process::Command::new(env!("CARGO_BIN_EXE_jit-gdb"))
-        .arg("inspect")
-        .arg(&core)
-        .arg("--exe")
-        .arg(host())
-        .arg("--list")
-        .output()
-        .expect("run jit-gdb inspect");
-    let text = String::from_utf8_lossy(&listed.stdout);
-    assert!(
-        listed.status.success(),
-        "{text}{}",
-        String::from_utf8_lossy(&listed.stderr)
-    );
+    let text = inspect_list(&core);
     for name in ["jit_deferred_inner", "jit_deferred_outer"] {
         assert!(
             text.contains(name),
