@@ -1005,13 +1005,13 @@ def _on_exiting(_event):
     _exiting[0] = True
 
 
-gdb.events.stop.connect(_on_stop_hook)
-gdb.events.new_objfile.connect(_on_new_objfile_announce)
 def _on_exited_announce(_event):
     _announce_each.clear()
     _announce_set[0] = False
 
 
+gdb.events.stop.connect(_on_stop_hook)
+gdb.events.new_objfile.connect(_on_new_objfile_announce)
 gdb.events.exited.connect(_on_exited_announce)
 gdb.events.cont.connect(_on_resume)
 if hasattr(gdb.events, "gdb_exiting"):
@@ -1047,11 +1047,10 @@ def _pending_address(inf):
 def _read_u64(inf, name):
     """A 64-bit static of the runtime by name, or None (absent, unreadable)."""
     try:
-        text = gdb.execute("info address %s" % name, to_string=True)
-        m = re.search(r"\bis (?:static storage )?at (?:address )?(0x[0-9a-fA-F]+)", text)
-        if not m:
+        addr = _symbol_address(name)
+        if addr is None:
             return None
-        return struct.unpack("<q", bytes(inf.read_memory(int(m.group(1), 16), 8)))[0]
+        return struct.unpack("<q", bytes(inf.read_memory(addr, 8)))[0]
     except (gdb.error, gdb.MemoryError):
         return None
 
