@@ -490,6 +490,11 @@ fn inspect_list(core: &Path) -> String {
     text
 }
 
+/// The GDB command that loads this checkout's scripts.
+fn source_scripts() -> String {
+    format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"))
+}
+
 /// The deferred scenario's call chain at its stop, innermost first.
 const DEFERRED_CHAIN: [&str; 4] = [
     "reader_host_break",
@@ -505,7 +510,7 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
     if !require_tool("gdb", "reader_deferred") {
         return;
     }
-    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let script = source_scripts();
     let dir = TempDir::new("reader-deferred");
     let plain = gdb_on(dir.path(), "deferred")
         .cmd("break reader_host_break")
@@ -549,7 +554,7 @@ fn pending_jit_break_in_deferred_mode(format: &str) {
     if !require_tool("gdb", &format!("reader_deferred_jit_break_{format}")) {
         return;
     }
-    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let script = source_scripts();
     let dir = TempDir::new(&format!("reader-deferred-break-{format}"));
     let t = gdb_on(dir.path(), "deferred")
         .cmd(format!(
@@ -583,7 +588,7 @@ fn deferred_flush_leaves_the_vector_registers_as_they_were() {
     if !require_tool("gdb", "reader_deferred_vector_state") {
         return;
     }
-    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let script = source_scripts();
     let dir = TempDir::new("reader-deferred-vectors");
     // The scripts are loaded once stopped, so that the flush is made on demand, between two
     // readings of the registers.
@@ -662,7 +667,7 @@ fn deferred_elf_registrations_are_announced_at_the_stop_by_the_scripts() {
     if !require_tool("gdb", "reader_deferred_elf_scripts") {
         return;
     }
-    let script = format!("source {}/gdb-scripts/jit.py", env!("CARGO_MANIFEST_DIR"));
+    let script = source_scripts();
     let dir = TempDir::new("reader-deferred-elf-scripts");
     let t = gdb_on(dir.path(), "deferred")
         .cmd(script)
