@@ -777,8 +777,8 @@ def _resolve_pending(funcs):
             _place(found, " (pending %r resolved)" % pattern, pattern)
         else:
             still.append((pattern, rx))
-    _pending[:] = still
-    if not still:
+    if len(still) != len(_pending):
+        _pending[:] = still
         _sync_announce_each()
 
 
@@ -843,18 +843,40 @@ class _RegisterHook(gdb.Breakpoint):
 _hooks = []
 # Set by the hook's stop, cleared when the inferior resumes or goes.
 _hook_stop = [False]
-# pid -> [address of the runtime's jit_gdb_announce_each or None, the value written there]
+# pid -> _Deferral of that process's runtime (what it exports, what was written there).
 _announce_each = {}
-# True once the flag is known set (or absent) in the current process while requests are
-# pending; cleared whenever that may change.
+# True once the runtime is known told (or to have nothing to tell) in the current process
+# while requests are pending; cleared whenever that may change.
 _announce_set = [False]
+# Size of the runtime's jit_gdb_wanted_names.
+_WANTED_BYTES = 4096
+
+
+class _Deferral:
+    """Where a runtime in deferred mode is told what pending requests wait for, and what was
+    written there (None: nothing yet)."""
+
+    def __init__(self):
+        self.each = None  # address of jit_gdb_announce_each, or None (not such a runtime)
+        self.names = None  # address of jit_gdb_wanted_names, or None (an older runtime)
+        self.length = None  # address of jit_gdb_wanted_len
+        self.written = None  # (each, names blob)
+
+
+def _is_plain_name(pattern):
+    """A pattern with no regular-expression syntax matches exactly its own text, which the
+    runtime can compare names with."""
+    return bool(pattern) and re.escape(pattern) == pattern
 
 
 def _sync_announce_each():
     """A runtime in deferred mode announces registrations in groups, so a pending request
-    would see a function only after its code may have run: while requests are pending, the
-    scripts set the runtime's `jit_gdb_announce_each`, which makes it announce every
-    registration at once (deferral is then suspended), and clear it when none is left."""
+    would see a function only after its code may have run. While requests are pending the
+    scripts tell the runtime: requests by plain name go to its `jit_gdb_wanted_names` (a
+    registration that defines one is announced at once, the others stay deferred); a
+    request by regular expression, too many names, or a runtime without that buffer set
+    `jit_gdb_announce_each`, which announces every registration at once (deferral
+    suspended). Both are cleared when no request is left."""
     if not _live_process():
         return
     inf = gdb.selected_inferior()
@@ -862,24 +884,38 @@ def _sync_announce_each():
     if state is None:
         # Runs in new_objfile events too, while GDB starts the program: `_symbol_address`
         # tries an expression first (see there).
+        state = _Deferral()
         try:
-            addr = _symbol_address("jit_gdb_announce_each")
+            state.each = _symbol_address("jit_gdb_announce_each")
+            if state.each is not None:
+                state.names = _symbol_address("jit_gdb_wanted_names")
+                state.length = _symbol_address("jit_gdb_wanted_len")
         except gdb.error:
-            addr = None
+            state.each = None
         if len(_announce_each) > 64:
             _announce_each.clear()
-        state = _announce_each[inf.pid] = [addr, None]
-    want = 1 if _pending else 0
-    _announce_set[0] = want == 1 and (state[0] is None or state[1] == 1)
-    if state[0] is None or state[1] == want:
+        _announce_each[inf.pid] = state
+    names = [p for p, _ in _pending if _is_plain_name(p)]
+    blob = b"".join(n.encode() + b"\0" for n in names)
+    each = len(names) < len(_pending)
+    if state.names is None or state.length is None or len(blob) > _WANTED_BYTES:
+        each, blob = bool(_pending), b""
+    want = (1 if each else 0, blob)
+    _announce_set[0] = bool(_pending) and (state.each is None or state.written == want)
+    if state.each is None or state.written == want:
         return
     try:
-        inf.write_memory(state[0], bytes([want]))
-        state[1] = want
-        _announce_set[0] = want == 1
+        if blob:
+            inf.write_memory(state.names, blob)
+        if state.length is not None:
+            # Both architectures the runtime supports (x86-64, aarch64) are little-endian.
+            inf.write_memory(state.length, struct.pack("<I", len(blob)))
+        inf.write_memory(state.each, bytes([want[0]]))
+        state.written = want
+        _announce_set[0] = bool(_pending)
     except (gdb.error, gdb.MemoryError) as e:
-        gdb.write("jit: could not ask the runtime to announce each registration (%s): a "
-                  "pending jit break may see deferred code only after it ran\n" % e)
+        gdb.write("jit: could not tell the runtime which functions pending jit breakpoints "
+                  "wait for (%s): they may see deferred code only after it ran\n" % e)
 
 
 def _on_new_objfile_announce(event):

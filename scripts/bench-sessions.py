@@ -24,6 +24,7 @@ rows.
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -55,13 +56,14 @@ MI_RESERVE_S = 60 if QUICK else 150
 # GDB sessions on this kind of machine (a shared 2-CPU VM) vary by 20-40% from run to run
 # in wall and CPU time alike, while a CPU-bound loop varies by 4%: the runs the goals are
 # computed from are repeated and their median taken. Batched runs take about a second.
-REPEAT_BATCHED = 3 if QUICK else 5
+REPEAT_BATCHED = 3 if QUICK else 7
 REPEAT_GOAL = 2 if QUICK else 3
 # Deferred mode's sessions announce every DEFER registrations (`SCALE_HOST_DEFERRED`).
 DEFER = 1024
 
 LAYOUTS = (("contiguous", None), ("gap 64", "64"), ("gap 0-256", "random"))
 MODES = ("gdb", "bp", "launcher")
+DEFERRED_MODES = ("gdb", "bp2", "bp")
 FORMATS = ("compact", "elf")
 
 
@@ -256,7 +258,7 @@ for fmt in FORMATS:
         run_case("one", fmt, layout, gap, "gdb", SIZES[1], 1, SIZES[0], repeat=REPEAT_GOAL)
 # Deferred mode (announced every DEFER registrations), the goals' layout and sessions.
 for fmt in FORMATS:
-    for mode in ("gdb", "bp2"):
+    for mode in DEFERRED_MODES:
         run_case("deferred", fmt, "gap 0-256", "random", mode, SIZES[1], 1, repeat=REPEAT_GOAL)
 for fmt in FORMATS:
     for layout, gap in LAYOUTS:
@@ -342,6 +344,43 @@ for what, before, after in BREAKDOWN:
     reg_s, _stops = reg_stats(text)
     breakdown.append((what, reg_s))
     log(f"  breakdown {what}: {reg_s:.2f} s registering")
+
+# Instructions GDB executes in a batched gdb session, under valgrind's callgrind: a batched
+# run registers for a third of a second, where the machine's load moves wall time by 30%,
+# while an instruction count does not depend on it. NCG functions in objects of 1,000,
+# less a session registering one object (GDB's start-up and the program's own symbols):
+# what the registrations cost GDB, per layout. Two sessions at a time (one per CPU).
+NCG = 10000 if QUICK else 20000
+CG_CASES = [(fmt, layout, gap, n) for fmt in FORMATS
+            for layout, gap, n in (("one object", None, 1000), ("contiguous", None, NCG),
+                                   ("gap 0-256", "random", NCG))]
+instructions = {}  # (fmt, layout) -> instructions GDB executed in the whole session
+
+
+def counted(cases):
+    procs = []
+    for fmt, layout, gap, n in cases:
+        env = dict(os.environ)
+        env.pop("SCALE_HOST_GAP", None)
+        if gap:
+            env["SCALE_HOST_GAP"] = gap
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "gdb", "-batch",
+               "-nx"] + (["-ex", f"jit-reader-load {READER}"] if fmt == "compact" else [])
+        cmd += ["-ex", "run", "--args", HOST, "reg", str(n), "1000", fmt]
+        procs.append(((fmt, layout), cmd, subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)))
+    for key, cmd, p in procs:
+        text, _ = p.communicate(timeout=1800)
+        m = re.search(r"^==\d+== Collected : (\d+)$", text, re.M)
+        if p.returncode != 0 or m is None or "TOTAL reg" not in text:
+            raise SystemExit(f"callgrind run failed: {' '.join(cmd)}\n{text[-3000:]}")
+        instructions[key] = int(m.group(1))
+        log(f"  instructions {key}: {instructions[key] / 1e6:.1f} M")
+
+
+if shutil.which("valgrind"):
+    for i in range(0, len(CG_CASES), 2):
+        counted(CG_CASES[i:i + 2])
 ELAPSED = time.monotonic() - T0
 
 # ---- the report ----
@@ -418,15 +457,17 @@ w("")
 w(f"Deferred mode (`set_deferred`, announcing every {DEFER:,} registrations; the GDB scripts "
   "also announce what is pending at every stop the user sees): one by one, gaps of 0-256 "
   f"bytes, {SIZES[1]:,} functions, the final flush of what is still pending included. "
-  "Sessions: gdb; **2 bp**, the native and the JIT-address breakpoints of the bp session. "
-  "The bp session's pending `jit break` suspends deferral (the scripts set the runtime's "
-  "`jit_gdb_announce_each`: the request must see each registration before its code runs; "
-  "`tests/reader_special.rs`, `pending_jit_break_stops_in_code_registered_in_deferred_mode`), "
-  "so with it deferred mode costs what the one-by-one bp rows above cost.\n")
-w("| payload | gdb | 2 bp | stops (gdb / 2 bp) | wall s (gdb / 2 bp) |")
-w("|---|---|---|---|---|")
+  "Sessions: gdb; **2 bp**, the native and the JIT-address breakpoints of the bp session; "
+  "**bp**, all three, the pending `jit break` on the last function's name included. While "
+  "that request waits, the scripts write its name into the runtime "
+  "(`jit_gdb_wanted_names`): the registration defining it is announced at once, before its "
+  "code can run, and the others stay deferred (`tests/reader_special.rs`, "
+  "`pending_jit_break_stops_in_elf_code_registered_in_deferred_mode`; a request by regular "
+  "expression suspends deferral instead).\n")
+w("| payload | gdb | 2 bp | bp | stops (gdb / 2 bp / bp) | wall s (gdb / 2 bp / bp) |")
+w("|---|---|---|---|---|---|")
 for fmt in FORMATS:
-    keys = [("deferred", fmt, "gap 0-256", m, SIZES[1]) for m in ("gdb", "bp2")]
+    keys = [("deferred", fmt, "gap 0-256", m, SIZES[1]) for m in DEFERRED_MODES]
     w(f"| {fmt} | " + " | ".join(cell(k, True) for k in keys) + " | "
       + " / ".join(str(results[k][3]) if k in results else "-" for k in keys) + " | "
       + " / ".join(f"{results[k][0]:.1f}" if k in results else "-" for k in keys) + " |")
@@ -499,6 +540,17 @@ for kind, n in (("batched", NB), ("one", SIZES[-1])):
             else:
                 goal(what, None, not_run((kind, fmt, "contiguous", "gdb", n),
                                          (kind, fmt, layout, "gdb", n)), "<= 1.2x", False)
+for fmt in FORMATS:
+    what = (f"gap 0-256 vs contiguous, batched, {fmt}, {NCG:,} functions (instructions GDB "
+            "executes for the registrations, callgrind)")
+    one = instructions.get((fmt, "one object"))
+    if one is None:
+        goal(what, None, "not measured (valgrind not installed)", "<= 1.2x", False)
+        continue
+    contiguous, gapped = (instructions[(fmt, x)] - one for x in ("contiguous", "gap 0-256"))
+    r = gapped / contiguous
+    goal(what, r, f"{r:.3f}x ({gapped / 1e6:.1f} M / {contiguous / 1e6:.1f} M)", "<= 1.2x",
+         r <= 1.2)
 a, b = SIZES
 
 
@@ -519,7 +571,8 @@ for fmt in FORMATS:
         goal(what, None, not_run(*(("one", fmt, "gap 0-256", "bp", x) for x in (a, b))),
              "<= 3.3", False)
 for kind, mode, how in (("one", "bp", "breakpoints"),
-                        ("deferred", "bp2", f"the 2 GDB breakpoints, deferred mode (every {DEFER:,})")):
+                        ("deferred", "bp2", f"the 2 GDB breakpoints, deferred mode (every {DEFER:,})"),
+                        ("deferred", "bp", f"breakpoints, deferred mode (every {DEFER:,})")):
     for fmt in FORMATS:
         rb = reg_s((kind, fmt, "gap 0-256", mode, b))
         what = f"time per registration at {b:,}, gaps 0-256 and {how}, {fmt}"

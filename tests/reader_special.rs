@@ -541,40 +541,67 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
 /// before the code runs, and clear it once none is left.
 #[test]
 fn pending_jit_break_stops_in_code_registered_in_deferred_mode() {
-    pending_jit_break_in_deferred_mode("compact");
+    pending_jit_break_in_deferred_mode("compact", "jit_deferred_outer");
 }
 
 /// The same with ELF registrations (pending ones are linked but not announced).
 #[test]
 fn pending_jit_break_stops_in_elf_code_registered_in_deferred_mode() {
-    pending_jit_break_in_deferred_mode("elf");
+    pending_jit_break_in_deferred_mode("elf", "jit_deferred_outer");
 }
 
-fn pending_jit_break_in_deferred_mode(format: &str) {
+/// A request by regular expression: the runtime cannot match it, so every registration is
+/// announced at once while it waits (deferral suspended).
+#[test]
+fn pending_jit_break_by_pattern_suspends_deferral() {
+    pending_jit_break_in_deferred_mode("elf", "jit_deferred_out[e]r");
+}
+
+/// `jit break PATTERN` pending, then the deferred scenario (`jit_deferred_inner`, then
+/// `jit_deferred_outer`, registered in deferred mode): the program must stop in
+/// `jit_deferred_outer` before it runs. A plain name is handed to the runtime, which
+/// announces the registration defining it at once and keeps deferring the others: with ELF
+/// the inner one is still pending at the stop (the scripts' flush there announces it, so
+/// the flush counter is 1). A regular expression makes the runtime announce every
+/// registration (nothing pending, no flush). (Compact: the inner one opens the batch, which
+/// is announced, and the outer one's announcement is of that batch: nothing is left
+/// pending either way.)
+fn pending_jit_break_in_deferred_mode(format: &str, pattern: &str) {
     if !require_tool("gdb", &format!("reader_deferred_jit_break_{format}")) {
         return;
     }
+    let by_name = !pattern.contains('[');
     let script = source_scripts();
-    let dir = TempDir::new(&format!("reader-deferred-break-{format}"));
+    let how = if by_name { "name" } else { "pattern" };
+    let dir = TempDir::new(&format!("reader-deferred-break-{format}-{how}"));
     let t = gdb_on(dir.path(), "deferred")
         .cmd(format!(
             "set environment READER_HOST_DEFERRED_FORMAT={format}"
         ))
         .cmd(script)
-        .cmd("jit break jit_deferred_outer")
+        .cmd(format!("jit break {pattern}"))
         .cmd("break reader_host_break")
         .section("first", ["run"])
         .section("bt", ["bt"])
         .cmd("set language c")
         .section("flag", ["p *(unsigned char *) &jit_gdb_announce_each"])
+        .section("wanted", ["p *(unsigned int *) &jit_gdb_wanted_len"])
+        .section("flushes", ["p *(unsigned long *) &jit_gdb_flush_calls"])
         .section("second", ["continue"])
         .run();
-    t.assert_contains(Some("first"), "(pending 'jit_deferred_outer' resolved)");
+    t.assert_contains(Some("first"), &format!("(pending '{pattern}' resolved)"));
     t.assert_contains(Some("first"), "jit_deferred_outer () at ");
     t.assert_not_contains(Some("first"), "reader_host_break (n=");
     assert_frames(&t, "bt", &["jit_deferred_outer", "reader_host_run"]);
-    // Resolved: the runtime defers again.
+    // Resolved: the runtime defers again, and waits for no name.
     t.assert_contains(Some("flag"), "= 0");
+    t.assert_contains(Some("wanted"), "= 0");
+    let flushes = if by_name { "= 1" } else { "= 0" };
+    if format == "elf" && !t.section("flushes").contains(flushes) {
+        t.fail(&format!(
+            "the flush counter should be {flushes} at the stop: by name, only the registration defining the name is announced at once and the other is pending; by pattern, every registration is announced"
+        ));
+    }
     t.assert_contains(Some("second"), "reader_host_break (n=");
 }
 

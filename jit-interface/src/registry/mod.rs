@@ -75,6 +75,7 @@ mod territory;
 #[cfg(test)]
 mod tests;
 mod vector_state;
+mod wanted;
 
 use std::ops::DerefMut;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -155,7 +156,7 @@ pub struct Registration {
 /// `int3` there (hardware breakpoints, rr replay).
 pub fn register(object: &JitObject, format: Format) -> Result<Registration> {
     let (id, functions, payload_len) =
-        register_in(Context::for_registration(), registry, object, format)?;
+        register_in(Context::for_registration(object), registry, object, format)?;
     // Profiler outputs (perf map, jitdump) never fail the registration.
     crate::perf::registered(object);
     Ok(Registration {
@@ -621,8 +622,10 @@ pub struct Deferral {
 /// an attached debugger reads them at the next announcement, pending ELF entries merged into
 /// one (one stop, one resolution of every breakpoint, for the whole group). Objects of 64
 /// functions or more are announced at once as usual.
-/// While our GDB scripts have a `jit break` request waiting, they suspend deferral
-/// (the exported static `jit_gdb_announce_each`).
+/// While our GDB scripts have a `jit break` request waiting, a registration that defines
+/// a name it waits for is announced at once (the exported statics `jit_gdb_wanted_names`
+/// and `jit_gdb_wanted_len`); a request by regular expression suspends deferral (the
+/// exported static `jit_gdb_announce_each`).
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
@@ -647,9 +650,11 @@ pub fn flush() -> usize {
 #[used]
 pub static jit_gdb_pending: AtomicU64 = AtomicU64::new(0);
 
-/// Set by debugger scripts while a `jit break` request waits for a function to be
-/// registered: deferred mode then announces every registration at once (as outside it), so
-/// that the request sees new code before the code can run. Our GDB scripts set and clear it.
+/// Set by debugger scripts while a `jit break` request by regular expression waits for a
+/// function to be registered: deferred mode then announces every registration at once (as
+/// outside it), so that the request sees new code before the code can run. Our GDB scripts
+/// set and clear it. (Requests by plain name go to `jit_gdb_wanted_names`: only the
+/// registrations that define one are announced at once.)
 #[no_mangle]
 #[used]
 pub static jit_gdb_announce_each: AtomicBool = AtomicBool::new(false);

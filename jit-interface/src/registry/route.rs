@@ -16,6 +16,7 @@ use super::growing::{PEEL, PEEL_MAX};
 use super::quiet::OPEN_RECORD_MAX;
 use super::Format;
 use crate::descriptor::{self, DebuggerList};
+use crate::model::JitObject;
 
 /// Objects with at least this many functions get a debugger entry of their own for good:
 /// they register in one stop and are never copied or re-encoded.
@@ -96,17 +97,20 @@ impl Context {
         }
     }
 
-    /// The context of a registration to the process's registry, before it takes the lock.
+    /// The context of a registration of `object` to the process's registry, before it
+    /// takes the lock.
     #[inline]
-    pub(super) fn for_registration() -> Context {
+    pub(super) fn for_registration(object: &JitObject) -> Context {
         Context {
             budget_spent: READ_BY_READER.load(Ordering::Relaxed) >= reader_budget(),
             ..Context::read(
                 descriptor::debugger_attached(),
-                // A debugger's `jit break` waiting for a function needs every registration
-                // announced before its code runs.
+                // A debugger's `jit break` waiting for a function needs that registration
+                // announced before its code runs: every one for a pattern, the ones that
+                // define a name it waits for otherwise (`wanted`).
                 DEFERRED.load(Ordering::Relaxed)
-                    && !super::jit_gdb_announce_each.load(Ordering::Relaxed),
+                    && !super::jit_gdb_announce_each.load(Ordering::Relaxed)
+                    && !super::wanted::wanted(object),
             )
         }
     }
