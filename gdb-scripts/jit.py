@@ -869,14 +869,29 @@ def _is_plain_name(pattern):
     return bool(pattern) and re.escape(pattern) == pattern
 
 
+def _pending_breakpoint_names():
+    """Plain names of the user's pending GDB breakpoints (`break NAME` before NAME exists):
+    GDB places them when an ELF entry defining NAME is announced, which deferred mode would
+    do only after the code may have run."""
+    names = []
+    for b in gdb.breakpoints() or ():
+        try:
+            if (b.is_valid() and b.pending and b.enabled and b.type == gdb.BP_BREAKPOINT
+                    and b.location and _is_plain_name(b.location)):
+                names.append(b.location)
+        except (gdb.error, RuntimeError, AttributeError):
+            continue
+    return names
+
+
 def _sync_announce_each():
     """A runtime in deferred mode announces registrations in groups, so a pending request
     would see a function only after its code may have run. While requests are pending the
-    scripts tell the runtime: requests by plain name go to its `jit_gdb_wanted_names` (a
-    registration that defines one is announced at once, the others stay deferred); a
-    request by regular expression, too many names, or a runtime without that buffer set
-    `jit_gdb_announce_each`, which announces every registration at once (deferral
-    suspended). Both are cleared when no request is left."""
+    scripts tell the runtime: requests by plain name, and the user's pending GDB breakpoints
+    by plain name, go to its `jit_gdb_wanted_names` (a registration that defines one is
+    announced at once, the others stay deferred); a request by regular expression, too many
+    names, or a runtime without that buffer set `jit_gdb_announce_each`, which announces
+    every registration at once (deferral suspended). Both are cleared when nothing waits."""
     if not _live_process():
         return
     inf = gdb.selected_inferior()
@@ -896,10 +911,11 @@ def _sync_announce_each():
             _announce_each.clear()
         _announce_each[inf.pid] = state
     names = [p for p, _ in _pending if _is_plain_name(p)]
-    blob = b"".join(n.encode() + b"\0" for n in names)
     each = len(names) < len(_pending)
+    names += [n for n in _pending_breakpoint_names() if n not in names]
+    blob = b"".join(n.encode() + b"\0" for n in names)
     if state.names is None or state.length is None or len(blob) > _WANTED_BYTES:
-        each, blob = bool(_pending), b""
+        each, blob = each or bool(names), b""
     want = (1 if each else 0, blob)
     _announce_set[0] = bool(_pending) and (state.each is None or state.written == want)
     if state.each is None or state.written == want:
@@ -924,8 +940,20 @@ def _on_new_objfile_announce(event):
         return
     _announce_each.pop(getattr(gdb.selected_inferior(), "pid", 0), None)
     _announce_set[0] = False
-    if _pending:
+    if _pending or _pending_breakpoint_names():
         _sync_announce_each()
+
+
+def _on_breakpoint_change(_bp):
+    """A user breakpoint made, deleted, or placed (no longer pending): the names the runtime
+    is told to wait for may change. Only where the runtime's statics are known already (no
+    symbol lookups in these events, which GDB also raises while it resets breakpoints); the
+    next stop or new objfile looks them up otherwise."""
+    try:
+        if _live_process() and gdb.selected_inferior().pid in _announce_each:
+            _sync_announce_each()
+    except (gdb.error, RuntimeError) as e:
+        gdb.write("jit: the runtime was not told about a breakpoint change: %s\n" % e)
 
 
 def _live_process():
@@ -1048,6 +1076,9 @@ def _on_exited_announce(_event):
 
 gdb.events.stop.connect(_on_stop_hook)
 gdb.events.new_objfile.connect(_on_new_objfile_announce)
+for _event in (gdb.events.breakpoint_created, gdb.events.breakpoint_modified,
+               gdb.events.breakpoint_deleted):
+    _event.connect(_on_breakpoint_change)
 gdb.events.exited.connect(_on_exited_announce)
 gdb.events.cont.connect(_on_resume)
 if hasattr(gdb.events, "gdb_exiting"):

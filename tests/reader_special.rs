@@ -605,6 +605,40 @@ fn pending_jit_break_in_deferred_mode(format: &str, pattern: &str) {
     t.assert_contains(Some("second"), "reader_host_break (n=");
 }
 
+/// A plain GDB breakpoint by name, pending (`break NAME` before NAME is registered), with our
+/// scripts loaded and ELF registrations in deferred mode: GDB places it when an ELF entry
+/// defining NAME is announced, which deferral would do after the code ran. The scripts hand
+/// the name to the runtime, which announces that registration at once: the program stops in
+/// `jit_deferred_outer` before it runs, and the other registration is still pending there
+/// (the scripts' flush at the stop announces it: counter 1).
+#[test]
+fn pending_gdb_breakpoint_by_name_stops_in_elf_code_registered_in_deferred_mode() {
+    if !require_tool("gdb", "reader_deferred_gdb_break") {
+        return;
+    }
+    let script = source_scripts();
+    let dir = TempDir::new("reader-deferred-gdb-break");
+    let t = gdb_on(dir.path(), "deferred")
+        .cmd("set environment READER_HOST_DEFERRED_FORMAT=elf")
+        .cmd(script)
+        .cmd("break jit_deferred_outer")
+        .cmd("break reader_host_break")
+        .section("first", ["run"])
+        .section("bt", ["bt"])
+        .cmd("set language c")
+        .section("wanted", ["p *(unsigned int *) &jit_gdb_wanted_len"])
+        .section("flushes", ["p *(unsigned long *) &jit_gdb_flush_calls"])
+        .section("second", ["continue"])
+        .run();
+    t.assert_contains(Some("first"), "jit_deferred_outer () at ");
+    t.assert_not_contains(Some("first"), "reader_host_break (n=");
+    assert_frames(&t, "bt", &["jit_deferred_outer", "reader_host_run"]);
+    // Placed: the runtime waits for no name any more.
+    t.assert_contains(Some("wanted"), "= 0");
+    t.assert_contains(Some("flushes"), "= 1");
+    t.assert_contains(Some("second"), "reader_host_break (n=");
+}
+
 /// The flush our scripts call at a stop runs code in the program: the program's vector
 /// registers must be as they were afterwards. GDB 13 cannot write them back on CPUs with
 /// AMX state (it says "Couldn't write extended state status" after the call); the runtime
