@@ -536,50 +536,67 @@ fn deferred_registrations_are_announced_at_the_stop_by_the_scripts() {
 }
 
 /// A `jit break` request waiting for a function must stop in it even when the runtime
-/// defers announcements: the scripts set the runtime's `jit_gdb_announce_each` while a
-/// request is pending, so that the registration is announced (and the breakpoint placed)
-/// before the code runs, and clear it once none is left.
+/// defers announcements: the scripts tell the runtime what is waited for while a request is
+/// pending (its name, or `jit_gdb_announce_each` for a pattern), so that the registration
+/// is announced (and the breakpoint placed) before the code runs, and clear it once none is
+/// left.
 #[test]
 fn pending_jit_break_stops_in_code_registered_in_deferred_mode() {
-    pending_jit_break_in_deferred_mode("compact", "jit_deferred_outer");
+    break_before_deferred_code_runs("compact", "jit break jit_deferred_outer");
 }
 
 /// The same with ELF registrations (pending ones are linked but not announced).
 #[test]
 fn pending_jit_break_stops_in_elf_code_registered_in_deferred_mode() {
-    pending_jit_break_in_deferred_mode("elf", "jit_deferred_outer");
+    break_before_deferred_code_runs("elf", "jit break jit_deferred_outer");
 }
 
 /// A request by regular expression: the runtime cannot match it, so every registration is
 /// announced at once while it waits (deferral suspended).
 #[test]
 fn pending_jit_break_by_pattern_suspends_deferral() {
-    pending_jit_break_in_deferred_mode("elf", "jit_deferred_out[e]r");
+    break_before_deferred_code_runs("elf", "jit break jit_deferred_out[e]r");
 }
 
-/// `jit break PATTERN` pending, then the deferred scenario (`jit_deferred_inner`, then
-/// `jit_deferred_outer`, registered in deferred mode): the program must stop in
-/// `jit_deferred_outer` before it runs. A plain name is handed to the runtime, which
-/// announces the registration defining it at once and keeps deferring the others: with ELF
-/// the inner one is still pending at the stop (the scripts' flush there announces it, so
-/// the flush counter is 1). A regular expression makes the runtime announce every
-/// registration (nothing pending, no flush). (Compact: the inner one opens the batch, which
-/// is announced, and the outer one's announcement is of that batch: nothing is left
-/// pending either way.)
-fn pending_jit_break_in_deferred_mode(format: &str, pattern: &str) {
-    if !require_tool("gdb", &format!("reader_deferred_jit_break_{format}")) {
+/// A plain GDB breakpoint by name, pending (`break NAME` before NAME is registered), with our
+/// scripts loaded and ELF registrations in deferred mode: GDB places it when an ELF entry
+/// defining NAME is announced, which deferral would do after the code ran. The scripts hand
+/// the name to the runtime too.
+#[test]
+fn pending_gdb_breakpoint_by_name_stops_in_elf_code_registered_in_deferred_mode() {
+    break_before_deferred_code_runs("elf", "break jit_deferred_outer");
+}
+
+/// `BREAK` (`jit break PATTERN`, or GDB's `break NAME`) pending, then the deferred scenario
+/// (`jit_deferred_inner`, then `jit_deferred_outer`, registered in deferred mode): the
+/// program must stop in `jit_deferred_outer` before it runs. A plain name is handed to the
+/// runtime, which announces the registration defining it at once and keeps deferring the
+/// others: with ELF the inner one is still pending at the stop (the scripts' flush there
+/// announces it, so the flush counter is 1). A regular expression makes the runtime
+/// announce every registration (nothing pending, no flush). (Compact: the inner one opens
+/// the batch, which is announced, and the outer one's announcement is of that batch:
+/// nothing is left pending either way.)
+fn break_before_deferred_code_runs(format: &str, brk: &str) {
+    let (jit, pattern) = match brk.strip_prefix("jit break ") {
+        Some(p) => (true, p),
+        None => (false, brk.trim_start_matches("break ")),
+    };
+    let by_name = !pattern.contains('[');
+    let tag = format!(
+        "{format}-{}-{}",
+        if jit { "jit" } else { "gdb" },
+        if by_name { "name" } else { "pattern" }
+    );
+    if !require_tool("gdb", &format!("reader_deferred_break_{tag}")) {
         return;
     }
-    let by_name = !pattern.contains('[');
-    let script = source_scripts();
-    let how = if by_name { "name" } else { "pattern" };
-    let dir = TempDir::new(&format!("reader-deferred-break-{format}-{how}"));
+    let dir = TempDir::new(&format!("reader-deferred-break-{tag}"));
     let t = gdb_on(dir.path(), "deferred")
         .cmd(format!(
             "set environment READER_HOST_DEFERRED_FORMAT={format}"
         ))
-        .cmd(script)
-        .cmd(format!("jit break {pattern}"))
+        .cmd(source_scripts())
+        .cmd(brk)
         .cmd("break reader_host_break")
         .section("first", ["run"])
         .section("bt", ["bt"])
@@ -589,11 +606,13 @@ fn pending_jit_break_in_deferred_mode(format: &str, pattern: &str) {
         .section("flushes", ["p *(unsigned long *) &jit_gdb_flush_calls"])
         .section("second", ["continue"])
         .run();
-    t.assert_contains(Some("first"), &format!("(pending '{pattern}' resolved)"));
+    if jit {
+        t.assert_contains(Some("first"), &format!("(pending '{pattern}' resolved)"));
+    }
     t.assert_contains(Some("first"), "jit_deferred_outer () at ");
     t.assert_not_contains(Some("first"), "reader_host_break (n=");
     assert_frames(&t, "bt", &["jit_deferred_outer", "reader_host_run"]);
-    // Resolved: the runtime defers again, and waits for no name.
+    // Placed: the runtime defers again, and waits for no name.
     t.assert_contains(Some("flag"), "= 0");
     t.assert_contains(Some("wanted"), "= 0");
     let flushes = if by_name { "= 1" } else { "= 0" };
@@ -602,40 +621,6 @@ fn pending_jit_break_in_deferred_mode(format: &str, pattern: &str) {
             "the flush counter should be {flushes} at the stop: by name, only the registration defining the name is announced at once and the other is pending; by pattern, every registration is announced"
         ));
     }
-    t.assert_contains(Some("second"), "reader_host_break (n=");
-}
-
-/// A plain GDB breakpoint by name, pending (`break NAME` before NAME is registered), with our
-/// scripts loaded and ELF registrations in deferred mode: GDB places it when an ELF entry
-/// defining NAME is announced, which deferral would do after the code ran. The scripts hand
-/// the name to the runtime, which announces that registration at once: the program stops in
-/// `jit_deferred_outer` before it runs, and the other registration is still pending there
-/// (the scripts' flush at the stop announces it: counter 1).
-#[test]
-fn pending_gdb_breakpoint_by_name_stops_in_elf_code_registered_in_deferred_mode() {
-    if !require_tool("gdb", "reader_deferred_gdb_break") {
-        return;
-    }
-    let script = source_scripts();
-    let dir = TempDir::new("reader-deferred-gdb-break");
-    let t = gdb_on(dir.path(), "deferred")
-        .cmd("set environment READER_HOST_DEFERRED_FORMAT=elf")
-        .cmd(script)
-        .cmd("break jit_deferred_outer")
-        .cmd("break reader_host_break")
-        .section("first", ["run"])
-        .section("bt", ["bt"])
-        .cmd("set language c")
-        .section("wanted", ["p *(unsigned int *) &jit_gdb_wanted_len"])
-        .section("flushes", ["p *(unsigned long *) &jit_gdb_flush_calls"])
-        .section("second", ["continue"])
-        .run();
-    t.assert_contains(Some("first"), "jit_deferred_outer () at ");
-    t.assert_not_contains(Some("first"), "reader_host_break (n=");
-    assert_frames(&t, "bt", &["jit_deferred_outer", "reader_host_run"]);
-    // Placed: the runtime waits for no name any more.
-    t.assert_contains(Some("wanted"), "= 0");
-    t.assert_contains(Some("flushes"), "= 1");
     t.assert_contains(Some("second"), "reader_host_break (n=");
 }
 
