@@ -910,12 +910,14 @@ def _sync_announce_each():
         if len(_announce_each) > 64:
             _announce_each.clear()
         _announce_each[inf.pid] = state
-    names = [p for p, _ in _pending if _is_plain_name(p)]
-    each = len(names) < len(_pending)
-    names += [n for n in _pending_breakpoint_names() if n not in names]
+    requested = [p for p, _ in _pending if _is_plain_name(p)]
+    each = len(requested) < len(_pending)
+    names = requested + [n for n in _pending_breakpoint_names() if n not in requested]
     blob = b"".join(n.encode() + b"\0" for n in names)
     if state.names is None or state.length is None or len(blob) > _WANTED_BYTES:
-        each, blob = each or bool(names), b""
+        # Deferral is suspended for `jit break` requests only: a pending GDB breakpoint may
+        # well wait for a shared library, not for JIT code.
+        each, blob = each or bool(requested), b""
     want = (1 if each else 0, blob)
     _announce_set[0] = bool(_pending) and (state.each is None or state.written == want)
     if state.each is None or state.written == want:
