@@ -623,9 +623,9 @@ pub struct Deferral {
 /// one (one stop, one resolution of every breakpoint, for the whole group). Objects of 64
 /// functions or more are announced at once as usual.
 /// While our GDB scripts have a `jit break` request (or the user a pending GDB breakpoint)
-/// waiting, a registration that defines a name it waits for is announced at once (the exported statics `jit_gdb_wanted_names`
-/// and `jit_gdb_wanted_len`); a request by regular expression suspends deferral (the
-/// exported static `jit_gdb_announce_each`).
+/// waiting, a registration that defines a name it waits for is announced at once (the
+/// exported statics `jit_gdb_wanted_names` and `jit_gdb_wanted_len`); a request by regular
+/// expression suspends deferral (the exported static `jit_gdb_announce_each`).
 pub fn set_deferred(deferral: Option<Deferral>) {
     // Keeps the debugger's entry point in the executable when deferred mode is used.
     std::hint::black_box(jit_gdb_flush_for_debugger as extern "C" fn() -> i64);
