@@ -36,6 +36,9 @@ _SCRIPT = os.path.realpath(sys._getframe().f_code.co_filename)
 #                           jit_code_entry *relevant_entry; jit_code_entry *first_entry; };
 _DESCRIPTOR = struct.Struct("<IIQQ")
 _JIT_REGISTER = 1
+#   struct jit_code_entry { jit_code_entry *next_entry, *prev_entry;
+#                           const char *symfile_addr; uint64_t symfile_size; };
+_ENTRY = struct.Struct("<QQQQ")
 
 # int read(void *ctx, uint64_t addr, void *buf, size_t len): 0 when buf holds the bytes.
 _READ_FN = ctypes.CFUNCTYPE(
@@ -803,8 +806,9 @@ def _on_new_objfile(event):
 class _RegisterHook(gdb.Breakpoint):
     """Internal breakpoint on __jit_debug_register_code, the function every JIT runtime
     calls after linking or unlinking an entry (GDB's own JIT breakpoint sits there too).
-    `stop` decodes the entry being registered, places the breakpoints of pending `jit
-    break` requests it satisfies, and returns False: the inferior goes on without a visible
+    `stop` decodes the entry being registered (unless no pending name occurs in its bytes:
+    `_names_absent`), places the breakpoints of pending `jit break` requests it satisfies,
+    and returns False: the inferior goes on without a visible
     stop. Breakpoints created here are inserted when GDB resumes, before the new code can
     run. (GDB makes no new_objfile event for objfiles built by a JIT reader, so that event
     alone would miss compact payloads.)
@@ -828,6 +832,8 @@ class _RegisterHook(gdb.Breakpoint):
         try:
             _addr, version, action, relevant, _first = read_descriptor()
             if version == 1 and action == _JIT_REGISTER and relevant:
+                if _names_absent(relevant):
+                    return False
                 entry, funcs = scan_entry(relevant)
                 _report_problems([entry], [])
                 _resolve_pending(funcs)
@@ -836,6 +842,35 @@ class _RegisterHook(gdb.Breakpoint):
         except Exception as e:  # an exception here would stop the program at the hook
             gdb.write("warning: resolving pending jit breakpoints failed: %r\n" % e)
         return False
+
+
+# Payloads larger than this are decoded without looking for names first: reading them
+# twice would cost more than the check saves.
+_NAME_CHECK_MAX = 1 << 20
+
+
+def _names_absent(address):
+    """True when the entry at `address` cannot satisfy any pending request: every request
+    is a plain name, and none of those names occurs in the entry's payload bytes. Both
+    formats store a function's name verbatim (compact records inline, ELF in .strtab), so
+    decoding such an entry (about 0.1 ms a registration, most of the hook's cost) would
+    find nothing. Anything else answers False and the entry is decoded, which reports
+    damage. A damaged entry skipped here is still reported by `jit list` and the reader."""
+    needles = []
+    for pattern, _rx in _pending:
+        # U+FFFD may stand for bytes that are not UTF-8 in a decoded name.
+        if not _is_plain_name(pattern) or "\ufffd" in pattern:
+            return False
+        needles.append(pattern.encode("utf-8"))
+    try:
+        inf = gdb.selected_inferior()
+        _next, _prev, payload, size = _ENTRY.unpack(bytes(inf.read_memory(address, _ENTRY.size)))
+        if size == 0 or size > _NAME_CHECK_MAX:
+            return False
+        data = bytes(inf.read_memory(payload, size))
+    except (gdb.error, gdb.MemoryError, struct.error, OverflowError, ValueError):
+        return False
+    return not any(n in data for n in needles)
 
 
 # The hook: one breakpoint by name, or one per address where the name resolved in a live
