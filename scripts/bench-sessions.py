@@ -363,30 +363,79 @@ CG_CASES = [(fmt, layout, gap, n) for fmt in FORMATS
 instructions = {}  # (fmt, layout) -> instructions GDB executed in the whole session
 
 
-def counted(cases):
+def counted(runs, into):
+    """Runs each (key, GDB command line, gap) under callgrind, all at once; into[key]: the
+    instructions GDB executed in the whole session."""
     procs = []
-    for fmt, layout, gap, n in cases:
+    for key, gdb_cmd, gap in runs:
         env = dict(os.environ)
         env.pop("SCALE_HOST_GAP", None)
         if gap:
             env["SCALE_HOST_GAP"] = gap
-        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", "gdb", "-batch",
-               "-nx"] + (["-ex", f"jit-reader-load {READER}"] if fmt == "compact" else [])
-        cmd += ["-ex", "run", "--args", HOST, "reg", str(n), "1000", fmt]
-        procs.append(((fmt, layout), cmd, subprocess.Popen(
+        cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null"] + gdb_cmd
+        procs.append((key, cmd, subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)))
     for key, cmd, p in procs:
         text, _ = p.communicate(timeout=1800)
         m = re.search(r"^==\d+== Collected : (\d+)$", text, re.M)
         if p.returncode != 0 or m is None or "TOTAL reg" not in text:
             raise SystemExit(f"callgrind run failed: {' '.join(cmd)}\n{text[-3000:]}")
-        instructions[key] = int(m.group(1))
-        log(f"  instructions {key}: {instructions[key] / 1e6:.1f} M")
+        if "jit break" in key[1] and not re.search(
+                rf"on {last_name(key[2] if len(key) > 2 else NHOOK)} at 0x[0-9a-f]+ \(pending",
+                text):
+            raise SystemExit(f"the pending jit break did not resolve: {' '.join(cmd)}\n"
+                             f"{text[-3000:]}")
+        into[key] = int(m.group(1))
+        log(f"  instructions {key}: {into[key] / 1e6:.1f} M")
 
 
+def batched_run(fmt, n):
+    return (["gdb", "-batch", "-nx"]
+            + (["-ex", f"jit-reader-load {READER}"] if fmt == "compact" else [])
+            + ["-ex", "run", "--args", HOST, "reg", str(n), "1000", fmt])
+
+
+# What a pending `jit break` costs each registration on our side: while a request waits, the
+# scripts' hook runs at every registration. NHOOK functions one by one, gaps of 0-256
+# bytes, the hook by address (one stop before the registrations), in instructions GDB
+# executes (a few tenths of a millisecond a registration is within this machine's wall-time
+# noise): no request; the request, with the hook looking for the name in the entry's bytes
+# first (what the scripts do); the same with that check off (`_NAME_CHECK_MAX = 0`: every
+# entry decoded, as the scripts did before).
+NHOOK = 1000
+HOOK_SESSIONS = (
+    ("no request", []),
+    ("`jit break` pending, names looked for first", ["-ex", f"jit break {last_name(NHOOK)}"]),
+    ("`jit break` pending, every entry decoded",
+     ["-ex", "python _NAME_CHECK_MAX = 0", "-ex", f"jit break {last_name(NHOOK)}"]),
+)
+
+
+# The no-request and checked sessions again with NHOOK_SMALL functions: what the request
+# costs once (the scripts look the runtime's exports up, the hook is placed) and what it
+# costs per registration, apart.
+NHOOK_SMALL = 200
+
+
+def hook_run(fmt, request, n=NHOOK):
+    request = [a.replace(last_name(NHOOK), last_name(n)) for a in request]
+    return (["gdb", "-batch", "-nx"]
+            + (["-ex", f"jit-reader-load {READER}"] if fmt == "compact" else [])
+            + ["-ex", f"source {SCRIPTS}"] + request + STOP
+            + ["-ex", "run", "-ex", "continue", "--args", HOST, "reg", str(n), "1", fmt])
+
+
+hook_instructions = {}  # (fmt, session[, n]) -> instructions GDB executed
 if shutil.which("valgrind"):
     for i in range(0, len(CG_CASES), 2):
-        counted(CG_CASES[i:i + 2])
+        counted([((fmt, layout), batched_run(fmt, n), gap)
+                 for fmt, layout, gap, n in CG_CASES[i:i + 2]], instructions)
+    hook_cases = [((fmt, what), hook_run(fmt, request), "random")
+                  for fmt in FORMATS for what, request in HOOK_SESSIONS]
+    hook_cases += [((fmt, what, NHOOK_SMALL), hook_run(fmt, request, NHOOK_SMALL), "random")
+                   for fmt in FORMATS for what, request in HOOK_SESSIONS[:2]]
+    for i in range(0, len(hook_cases), 2):
+        counted(hook_cases[i:i + 2], hook_instructions)
 ELAPSED = time.monotonic() - T0
 
 # ---- the report ----
@@ -513,6 +562,49 @@ for what, reg_s in breakdown:
     over = f"{(reg_s - base) * 1e3 / NBD:+.3f} ms" if base is not None and what != "none" else "-"
     w(f"| {what} | {reg_s:.2f} | {reg_s * 1e3 / NBD:.3f} | {over} |")
 w("")
+
+if hook_instructions:
+    w(f"What a pending `jit break` costs a registration on the scripts' side: while a request "
+      f"waits, the scripts' hook runs at every registration (at a stop GDB makes anyway for "
+      f"its own JIT breakpoint). {NHOOK:,} functions one by one, gaps of 0-256 bytes, plain "
+      f"`gdb -batch -nx` with the scripts sourced (and the reader, for compact payloads), one "
+      f"stop before the registrations, the request naming the last function; instructions GDB "
+      f"executes in the whole session, under callgrind (a tenth of a millisecond is within "
+      f"this machine's wall-time noise). The hook first looks for the requested names in the "
+      f"entry's bytes (both formats store names verbatim) and decodes only an entry where one "
+      f"occurs; the last row turns that check off (`python _NAME_CHECK_MAX = 0`), so every "
+      f"entry is decoded, as the scripts did before.\n")
+    w("| payload | session | GDB instructions | over no request, per registration (the one-time part included) | "
+      "saved by the check, per registration |")
+    w("|---|---|---|---|---|")
+    for fmt in FORMATS:
+        base = hook_instructions.get((fmt, HOOK_SESSIONS[0][0]))
+        checked = hook_instructions.get((fmt, HOOK_SESSIONS[1][0]))
+        for what, _request in HOOK_SESSIONS:
+            got = hook_instructions.get((fmt, what))
+            if got is None:
+                continue
+            over = (f"{(got - base) / NHOOK / 1e3:+,.0f} k"
+                    if base is not None and what != HOOK_SESSIONS[0][0] else "-")
+            saved = (f"{(got - checked) / NHOOK / 1e3:,.0f} k"
+                     if checked is not None and what == HOOK_SESSIONS[2][0] else "-")
+            w(f"| {fmt} | {what} | {got / 1e6:,.1f} M | {over} | {saved} |")
+    w("")
+    parts = []
+    for fmt in FORMATS:
+        keys = [(fmt, HOOK_SESSIONS[0][0]), (fmt, HOOK_SESSIONS[1][0]),
+                (fmt, HOOK_SESSIONS[0][0], NHOOK_SMALL), (fmt, HOOK_SESSIONS[1][0], NHOOK_SMALL)]
+        if all(k in hook_instructions for k in keys):
+            big, small = (hook_instructions[keys[1]] - hook_instructions[keys[0]],
+                          hook_instructions[keys[3]] - hook_instructions[keys[2]])
+            per = (big - small) / (NHOOK - NHOOK_SMALL)
+            parts.append(f"{fmt}, {per / 1e3:,.0f} k instructions per registration and "
+                         f"{(small - per * NHOOK_SMALL) / 1e6:,.0f} M once")
+    if parts:
+        w(f"With the check, a pending request costs, apart (the same sessions with "
+          f"{NHOOK_SMALL:,} functions too): {'; '.join(parts)} (the scripts look the runtime's "
+          f"exports up and place the hook).")
+    w("")
 
 # ---- goals (issue 25, item 4): benchmark targets, computed from the runs above ----
 goals = []
