@@ -111,8 +111,10 @@ fn live_elf() {
     live("elf");
 }
 
-/// One entry per function: the list walk crosses entries, and a pending regex resolves
-/// against the entry being registered at each hook call.
+/// One entry per function: the list walk crosses entries, and a pending request resolves
+/// against the entry being registered at each hook call. The hook decodes only entries
+/// whose bytes hold a requested name: `jit_fram` occurs in `jit_frameless`'s entry, which
+/// is decoded and must leave that request pending (whole names only).
 #[test]
 fn per_function_entries() {
     if !require_tool("gdb", "per_function_entries") {
@@ -131,12 +133,16 @@ fn per_function_entries() {
     let layout = h.layout(dir.path());
     let t = h
         .gdb(dir.path(), "run")
-        .section("pending", ["jit break jit_frameless"])
+        .section("pending", ["jit break jit_frameless", "jit break jit_fram"])
         .cmd("run")
         .section("stop", ["jit symbolize $pc"])
         .section("list", ["jit list"])
+        .section("still", ["jit break"])
         .run();
     check_stop(&t, "stop", &layout, "jit_frameless");
+    t.assert_contains(Some("still"), "pending: jit_fram\n");
+    t.assert_not_contains(Some("still"), "pending: jit_frameless");
+    t.assert_not_contains(None, "'jit_fram' resolved");
     check_rows(&t, "list", &layout, &JIT_FUNCTIONS, "compact");
     t.assert_contains(Some("list"), "4 JIT functions (4 registered in 4 entries).");
     let rows = list_rows(&t, "list");
