@@ -808,10 +808,10 @@ class _RegisterHook(gdb.Breakpoint):
     calls after linking or unlinking an entry (GDB's own JIT breakpoint sits there too).
     `stop` decodes the entry being registered (unless no pending name occurs in its bytes:
     `_names_absent`), places the breakpoints of pending `jit break` requests it satisfies,
-    and returns False: the inferior goes on without a visible
-    stop. Breakpoints created here are inserted when GDB resumes, before the new code can
-    run. (GDB makes no new_objfile event for objfiles built by a JIT reader, so that event
-    alone would miss compact payloads.)
+    and returns False: the inferior goes on without a visible stop. Breakpoints created
+    here are inserted when GDB resumes, before the new code can run. (GDB makes no
+    new_objfile event for objfiles built by a JIT reader, so that event alone would miss
+    compact payloads.)
 
     `spec` is the function's name, or `*ADDR` in a live process (see `_hook_by_address`)."""
 
@@ -844,9 +844,10 @@ class _RegisterHook(gdb.Breakpoint):
         return False
 
 
-# Payloads larger than this are decoded without looking for names first: reading them
-# twice would cost more than the check saves.
-_NAME_CHECK_MAX = 1 << 20
+# Payloads larger than this are decoded without looking for names first (the decoder
+# reports the size; it refuses payloads over 256 MiB as damage). Below it, one extra read
+# costs less than a decode, which reads the whole payload too.
+_NAME_CHECK_MAX = 64 << 20
 
 
 def _names_absent(address):
